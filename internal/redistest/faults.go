@@ -1,0 +1,255 @@
+package redistest
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Faults is a go-redis hook that fails, delays or holds chosen commands and
+// counts them, for tests of error paths. Add it with Backend.Client:
+//
+//	f := redistest.NewFaults()
+//	rule := f.On(redistest.Script(extendScript)).Fail(io.EOF)
+//	rdb := b.Client(t, f)
+type Faults struct {
+	mu    sync.Mutex
+	rules []*Rule
+}
+
+var _ redis.Hook = (*Faults)(nil)
+
+// NewFaults returns a hook with no rules: every command passes through.
+func NewFaults() *Faults { return &Faults{} }
+
+// Match reports whether a rule applies to a command.
+type Match func(cmd redis.Cmder) bool
+
+// Command matches commands by name, case-insensitively.
+func Command(names ...string) Match {
+	return func(cmd redis.Cmder) bool {
+		for _, n := range names {
+			if strings.EqualFold(cmd.Name(), n) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// Script matches every way go-redis runs the script: EVALSHA, EVALSHA_RO,
+// and the EVAL or EVAL_RO it falls back to after NOSCRIPT.
+func Script(s *redis.Script) Match {
+	sha := s.Hash()
+	return func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		if len(args) < 2 {
+			return false
+		}
+		body, _ := args[1].(string)
+		switch strings.ToLower(cmd.Name()) {
+		case "evalsha", "evalsha_ro":
+			return body == sha
+		case "eval", "eval_ro":
+			sum := sha1.Sum([]byte(body))
+			return hex.EncodeToString(sum[:]) == sha
+		}
+		return false
+	}
+}
+
+// Any matches every command.
+func Any() Match { return func(redis.Cmder) bool { return true } }
+
+// Rule is what happens to the commands one Match selects. A rule without
+// Fail, Delay or Hold only counts.
+type Rule struct {
+	f     *Faults
+	match Match
+	err   error
+	lost  error // like err, but the command runs first: its reply is lost
+	delay time.Duration
+	hold  chan struct{}
+	times int // commands still to affect; < 0 means all
+	hits  int // commands matched, affected or not
+}
+
+// On adds a rule for the commands m selects and returns it for configuring.
+func (f *Faults) On(m Match) *Rule {
+	r := &Rule{f: f, match: m, times: -1}
+	f.mu.Lock()
+	f.rules = append(f.rules, r)
+	f.mu.Unlock()
+	return r
+}
+
+// Fail makes matched commands fail with err without reaching Redis.
+func (r *Rule) Fail(err error) *Rule {
+	r.f.mu.Lock()
+	r.err = err
+	r.f.mu.Unlock()
+	return r
+}
+
+// LoseReply lets matched commands run on the server and then fails them
+// with err, as when a connection breaks after a command was sent.
+func (r *Rule) LoseReply(err error) *Rule {
+	r.f.mu.Lock()
+	r.lost = err
+	r.f.mu.Unlock()
+	return r
+}
+
+// Delay holds matched commands for d before sending them (or until their
+// context ends).
+func (r *Rule) Delay(d time.Duration) *Rule {
+	r.f.mu.Lock()
+	r.delay = d
+	r.f.mu.Unlock()
+	return r
+}
+
+// Hold blocks matched commands until Release is called (or their context
+// ends), so a test can pause a caller at a chosen point.
+func (r *Rule) Hold() *Rule {
+	r.f.mu.Lock()
+	r.hold = make(chan struct{})
+	r.f.mu.Unlock()
+	return r
+}
+
+// Release lets commands blocked by Hold go on, and stops holding new ones.
+func (r *Rule) Release() {
+	r.f.mu.Lock()
+	h := r.hold
+	r.hold = nil
+	r.f.mu.Unlock()
+	if h != nil {
+		close(h)
+	}
+}
+
+// Times limits the rule to the next n matched commands; later ones pass
+// through (and are still counted).
+func (r *Rule) Times(n int) *Rule {
+	r.f.mu.Lock()
+	r.times = n
+	r.f.mu.Unlock()
+	return r
+}
+
+// Off stops the rule from affecting commands; it still counts them.
+func (r *Rule) Off() { r.Times(0) }
+
+// Hits returns how many commands the rule has matched so far.
+func (r *Rule) Hits() int {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	return r.hits
+}
+
+type action struct {
+	err   error
+	lost  error
+	delay time.Duration
+	hold  chan struct{}
+}
+
+func (f *Faults) actionFor(cmd redis.Cmder) action {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var a action
+	for _, r := range f.rules {
+		if !r.match(cmd) {
+			continue
+		}
+		r.hits++
+		if r.times == 0 {
+			continue
+		}
+		if r.times > 0 {
+			r.times--
+		}
+		if r.err != nil && a.err == nil {
+			a.err = r.err
+		}
+		if r.lost != nil && a.lost == nil {
+			a.lost = r.lost
+		}
+		a.delay += r.delay
+		if r.hold != nil && a.hold == nil {
+			a.hold = r.hold
+		}
+	}
+	return a
+}
+
+func (a action) apply(ctx context.Context) error {
+	if a.hold != nil {
+		select {
+		case <-a.hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if a.delay > 0 {
+		t := time.NewTimer(a.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return a.err
+}
+
+// DialHook implements redis.Hook; dials pass through.
+func (f *Faults) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return next(ctx, network, addr)
+	}
+}
+
+// ProcessHook implements redis.Hook.
+func (f *Faults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := f.actionFor(cmd)
+		if err := a.apply(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		err := next(ctx, cmd)
+		if a.lost != nil {
+			cmd.SetErr(a.lost)
+			return a.lost
+		}
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook: a pipeline fails as a whole if
+// any of its commands is made to fail.
+func (f *Faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var failed error
+		for _, cmd := range cmds {
+			if err := f.actionFor(cmd).apply(ctx); err != nil && failed == nil {
+				failed = err
+			}
+		}
+		if failed != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(failed)
+			}
+			return failed
+		}
+		return next(ctx, cmds)
+	}
+}
