@@ -1,0 +1,112 @@
+// Package lock is a distributed mutual-exclusion lock on Redis that cannot
+// free someone else's lock, always expires, tells its holder when it is lost,
+// and hands out fencing tokens.
+//
+// # Using it
+//
+//	locker, err := lock.New(rdb) // *redis.Client, *redis.ClusterClient, *redis.Ring
+//	...
+//	lease, err := locker.Lock(ctx, "sku:moutai-53", 10*time.Second, lock.AutoRenew())
+//	if err != nil {
+//		return err // errors.Is(err, lock.ErrNotObtained) when ctx ended first
+//	}
+//	defer lease.Unlock(context.WithoutCancel(ctx))
+//	// Work under lease.Context(): it is cancelled if the lock is lost.
+//	// Write with lease.Fence(): storage rejects writes of a stale holder.
+//
+// TryLock makes a single attempt and returns ErrNotObtained if the lock is
+// held. Lock waits until it gets the lock or its context ends.
+//
+// # The algorithm
+//
+// A lock is one Redis string. Taking it is one SET key token NX PX ttl, run
+// inside a Lua script: the key is created with its expiry in the same
+// command, so no crash can leave a lock that never expires (the SETNX-then-
+// EXPIRE bug). The token is 128 random bits unique to the acquisition.
+//
+// Releasing, extending and reading the TTL are Lua scripts that first check
+// that the key still holds the caller's token. A holder whose lease expired
+// while it was busy therefore gets ErrNotHeld from Unlock instead of deleting
+// the lock of whoever took it next (the late-DEL bug behind the Moutai
+// oversell).
+//
+// With AutoRenew, a watchdog goroutine extends the lease to the full TTL
+// every TTL/3 while the lock is held. It stops before Unlock releases the
+// lock, so no renewal runs after a release. When renewal finds the lock gone
+// or owned by someone else, or cannot reach Redis before the lease runs out,
+// the Lease's Context is cancelled with a cause that matches ErrLost: the
+// critical section can stop before it corrupts anything. Without AutoRenew
+// the Context is cancelled when the lease's time is up.
+//
+// # Waiting
+//
+// A waiter does not poll. After a failed attempt it subscribes to the lock's
+// release channel, tries once more (so a release between the first attempt
+// and the subscription is not missed), and then sleeps until a release
+// message arrives or the holder's remaining lease has passed, whichever is
+// first: a lost message costs at most one lease. The attempt that fails
+// marks the holder's value so its release publishes a message; releases
+// nobody waits for publish nothing (PUBLISH in a cluster reaches every node).
+//
+// Goroutines of one Client that wait for the same lock form a FIFO queue and
+// share one subscription (one pub/sub connection serves every lock a Client
+// waits for). Only the head of the queue talks to Redis, so a hundred
+// goroutines waiting in one process cost Redis what one does, and they get
+// the lock in arrival order among themselves. When a lock released by this
+// Client sent no message, the Client wakes its own head directly. If pub/sub
+// is unavailable, waiters retry with a jittered exponential backoff between
+// 5 ms and 250 ms, capped by the holder's remaining lease. Waiters of
+// different processes are not ordered; the lock is not fair across
+// processes.
+//
+// # Fencing tokens
+//
+// Every acquisition returns a fence (Lease.Fence), an int64 strictly greater
+// than that of every earlier acquisition of the same lock. A lease can end
+// without its holder noticing: a stop-the-world pause, a slow call, a
+// network partition. Then two processes both believe they hold the lock, and
+// no lock service alone can prevent the stale one from acting. The storage
+// the lock protects can: store the highest fence seen with the data and
+// reject a write that carries a lower one. In SQL:
+//
+//	UPDATE stock SET qty = qty - 1, fence = $1 WHERE sku = $2 AND fence < $1
+//
+// and treat zero rows affected as "lock lost". The fence comes from a
+// counter (INCR) kept next to the lock. That counter lives an hour after it
+// is created and then starts again from Redis's clock in microseconds, which
+// is larger than every token handed out before (a lock cannot be taken more
+// than once per microsecond), so fences keep growing without keeping a key
+// forever, provided the Redis server's clock does not step back by more than
+// the counter's age.
+//
+// # Keys
+//
+// For a lock named N with the default prefix:
+//
+//	surge:lock:{N}           string   owner token (+ "+" when a waiter asked for a message); PX = lease
+//	surge:lock:{N}:fence     string   integer, the last fence; expires an hour after it was created
+//	surge:lock:{N}:released  channel  a message on each release that a waiter asked for
+//
+// The name is the hash tag, so all of a lock's keys live in one Redis
+// Cluster slot and every script runs on a cluster. A name must not be empty
+// or start with '}'.
+//
+// # What it guarantees and what it does not
+//
+// On a single Redis server, at most one lease holds a lock at any moment as
+// Redis sees it; a lock always expires; a release or extension never
+// touches another owner's lock; fences strictly increase.
+//
+// It is a single-instance lock. Redis replication is asynchronous: if the
+// primary fails over before the lock reached a replica, the new primary does
+// not have it and a second client can take it. Neither renewal nor a lease
+// protects against a holder that pauses longer than its lease between
+// checking and acting; that is what fences are for. The local estimate of a
+// lease's end (Lease.Context without AutoRenew) starts before the request
+// was sent, so it ends no later than Redis's, given clocks that tick at the
+// same rate.
+//
+// A Client and a Lease are safe for concurrent use. A Lease is owned by its
+// token, not by a goroutine. The lock is not reentrant: Lock on a name the
+// same process already holds waits for that lease to end.
+package lock

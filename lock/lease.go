@@ -1,0 +1,256 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A Lease is a held lock: proof of ownership (the owner token), a fencing
+// token, and an expiry. It is returned by TryLock and Lock and ended by
+// Unlock.
+//
+// A Lease may be used from several goroutines. Ownership belongs to the
+// token, not to a goroutine: any goroutine holding the Lease may extend or
+// unlock it.
+type Lease struct {
+	c      *Client
+	name   string
+	key    string
+	token  string
+	fence  int64
+	parent context.Context // gives Context its values
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline time.Time // local estimate of the expiry, never later than Redis's
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	expiry   *time.Timer // without renewal: cancels ctx at the deadline
+	renewal  *renewal
+	unlocked bool
+}
+
+type renewal struct {
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// newLease builds the lease of an acquisition that started at start (before
+// the request was sent, so the local deadline errs on the early side).
+func (c *Client) newLease(req *request, fence int64, start time.Time) *Lease {
+	l := &Lease{
+		c:        c,
+		name:     req.name,
+		key:      req.key,
+		token:    req.token,
+		fence:    fence,
+		parent:   req.parent,
+		ttl:      req.ttl,
+		deadline: start.Add(req.ttl),
+	}
+	if req.renew {
+		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(req.parent))
+		wctx, stop := context.WithCancel(context.Background())
+		l.renewal = &renewal{stop: stop, done: make(chan struct{})}
+		go l.renew(wctx, l.renewal.done)
+	}
+	return l
+}
+
+// Name returns the name the lock was taken under.
+func (l *Lease) Name() string { return l.name }
+
+// Token returns the owner token: 128 random bits, in hex, unique to this
+// acquisition. Redis releases or extends the lock only for this token.
+func (l *Lease) Token() string { return l.token }
+
+// Fence returns the fencing token of this acquisition. It is strictly
+// greater than the fence of every earlier acquisition of the same lock name
+// (with the same prefix), even one whose lease expired long ago.
+//
+// Pass it with every write the lock protects, and have the storage reject a
+// write whose fence is lower than the highest it has accepted. A holder that
+// stalled past its lease (a GC pause, a slow call) then cannot overwrite the
+// work of the holder that came after it; see the package documentation.
+func (l *Lease) Fence() int64 { return l.fence }
+
+// Context returns a context that is cancelled when the lease ends: by
+// Unlock (cause context.Canceled), or by losing it (cause wraps ErrLost).
+// Without AutoRenew the lease is lost when its time is up, measured from
+// before the acquisition was sent, so the context ends no later than Redis
+// frees the lock. With AutoRenew it is lost when renewal finds the lock
+// taken or gone, or cannot reach Redis before the lease runs out.
+//
+// Run the critical section under this context (merged with your own) so
+// that it stops before it acts without the lock. The context carries the
+// values of the context the lock was taken with, but not its deadline or
+// cancellation. Once cancelled it stays cancelled, even if a later Extend
+// succeeds.
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
+		switch {
+		case l.unlocked:
+			l.cancel(context.Canceled)
+		default:
+			l.expiry = time.AfterFunc(time.Until(l.deadline), func() {
+				l.cancel(fmt.Errorf("%w: %q expired", ErrLost, l.name))
+			})
+		}
+	}
+	return l.ctx
+}
+
+// Unlock releases the lock if this lease still owns it, and wakes waiters.
+// It returns ErrNotHeld if the lease expired or the lock was taken by
+// another owner after it expired; another owner's lock is never released.
+//
+// Unlock stops renewal first. If it returns another error (Redis
+// unreachable), the lock may still be held and is freed when its lease runs
+// out; calling Unlock again is safe. Pass a context that is still live: the
+// caller's request context may already be done when a deferred Unlock runs
+// (context.WithoutCancel helps).
+func (l *Lease) Unlock(ctx context.Context) error {
+	l.stopRenewal()
+	res, err := releaseScript.Run(ctx, l.c.rdb, []string{l.key}, l.token).Int64()
+	l.end(context.Canceled)
+	if err != nil {
+		return fmt.Errorf("lock: release %q: %w", l.name, err)
+	}
+	switch res {
+	case 0:
+		return fmt.Errorf("%w: %q", ErrNotHeld, l.name)
+	case 2:
+		l.c.wakeLocal(l.key, true)
+	default:
+		l.c.wakeLocal(l.key, false)
+	}
+	return nil
+}
+
+// Extend resets the lease to ttl from now, if this lease still owns the
+// lock; otherwise it returns ErrNotHeld. With AutoRenew, later renewals use
+// the new ttl.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: ttl %v is below the minimum of %v", ErrInvalid, ttl, MinTTL)
+	}
+	ttl = ttl.Truncate(time.Millisecond)
+	start := time.Now()
+	ok, err := l.c.extend(ctx, l.key, l.token, ttl)
+	if err != nil {
+		return fmt.Errorf("lock: extend %q: %w", l.name, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNotHeld, l.name)
+	}
+	l.mu.Lock()
+	l.ttl = ttl
+	l.deadline = start.Add(ttl)
+	if l.expiry != nil {
+		l.expiry.Reset(time.Until(l.deadline))
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// TTL returns the lease time left as Redis counts it, or ErrNotHeld if this
+// lease no longer owns the lock.
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	ms, err := pttlScript.RunRO(ctx, l.c.rdb, []string{l.key}, l.token).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("lock: ttl %q: %w", l.name, err)
+	}
+	if ms == -3 {
+		return 0, fmt.Errorf("%w: %q", ErrNotHeld, l.name)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	res, err := extendScript.Run(ctx, c.rdb, []string{key}, token, ttl.Milliseconds()).Int64()
+	return res == 1, err
+}
+
+// stopRenewal stops the watchdog and waits for it, so that no renewal runs
+// after it returns.
+func (l *Lease) stopRenewal() {
+	l.mu.Lock()
+	r := l.renewal
+	l.renewal = nil
+	l.mu.Unlock()
+	if r != nil {
+		r.stop()
+		<-r.done
+	}
+}
+
+// end marks the lease over and cancels its context with cause.
+func (l *Lease) end(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unlocked = true
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
+	if l.cancel != nil {
+		l.cancel(cause)
+	}
+}
+
+// renew is the watchdog: it extends the lease every ttl/3. A failed call is
+// retried sooner, but not past the lease's deadline; after that, or when
+// Redis says the lock is no longer ours, the lease is lost.
+func (l *Lease) renew(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	l.mu.Lock()
+	wait := l.ttl / 3
+	l.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		l.mu.Lock()
+		ttl, deadline := l.ttl, l.deadline
+		l.mu.Unlock()
+
+		start := time.Now()
+		callCtx, cancel := context.WithDeadline(ctx, deadline)
+		ok, err := l.c.extend(callCtx, l.key, l.token, ttl)
+		cancel()
+		if ctx.Err() != nil {
+			return // stopped by Unlock; the result no longer matters
+		}
+		switch {
+		case err == nil && ok:
+			l.mu.Lock()
+			l.deadline = start.Add(ttl)
+			l.mu.Unlock()
+			wait = ttl / 3
+		case err == nil:
+			l.lose(ErrNotHeld)
+			return
+		case !time.Now().Before(deadline) || errors.Is(err, context.DeadlineExceeded):
+			l.lose(err)
+			return
+		default:
+			wait = max(min(ttl/10, time.Until(deadline)/2), time.Millisecond)
+		}
+		timer.Reset(wait)
+	}
+}
+
+func (l *Lease) lose(reason error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cancel(fmt.Errorf("%w: %q: %w", ErrLost, l.name, reason))
+}

@@ -1,0 +1,378 @@
+package lock
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// How the goroutines of one Client wait for a lock.
+//
+// Waiters for the same lock key form a FIFO queue. Only the head talks to
+// Redis; the others sleep until they become the head. The head is woken by
+// a release message on the lock's channel (one subscription per Client,
+// shared by all its queues), by a release from this Client (which needs no
+// message), or by a timer set to the holder's remaining lease, whichever
+// comes first. When the head obtains the lock, the next waiter becomes the
+// head and waits for that lock's release; when the head gives up, the next
+// one tries at once.
+//
+// Before its first attempt that flags the holder (asks its release to
+// publish), the head waits until the subscription is confirmed, so no
+// release message can slip between the attempt and the subscription.
+
+// Bounds of the jittered backoff used when pub/sub is unavailable and as a
+// cap when the holder's lease is unknown.
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = 250 * time.Millisecond
+)
+
+type queue struct {
+	channel string
+	waiters []*waiter // waiters[0] is the head
+
+	confirmed   chan struct{} // closed once the subscription is confirmed
+	isConfirmed bool
+	subErr      error // set while subscribing has failed: poll with backoff
+
+	// gen counts the wake-ups sent to the head (release messages, local
+	// releases, resubscriptions), so that one sent while the head was busy
+	// or not yet the head is not mistaken for one already handled.
+	gen uint64
+}
+
+type waiter struct {
+	wake chan struct{} // capacity 1: a wake-up is never lost, repeats merge
+
+	// Set under Client.mu when the waiter is made the head.
+	head       bool
+	attemptNow bool          // try at once rather than wait for a release
+	bound      time.Duration // longest wait before trying anyway
+	seen       uint64        // queue.gen when the head last looked
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// subscription is the one pub/sub connection of a Client, alive while any
+// of its queues exists.
+type subscription struct {
+	ps      *redis.PubSub
+	stop    chan struct{}  // closed before ps is closed
+	pending map[string]int // SUBSCRIBE replies still to come, by channel
+}
+
+// queued reports whether goroutines of this Client already wait for key, in
+// which case a newcomer joins the queue instead of trying first.
+func (c *Client) queued(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queues[key] != nil
+}
+
+// wait queues the caller behind this Client's other waiters for the lock
+// and returns when it holds the lock, when an attempt fails, or when ctx
+// ends. holderTTL is the holder's remaining lease if the caller already
+// tried once.
+func (c *Client) wait(ctx context.Context, req *request, holderTTL time.Duration) (*Lease, error) {
+	w := &waiter{wake: make(chan struct{}, 1)}
+	q := c.enqueue(ctx, req.key, w, holderTTL)
+
+	var confirmed <-chan struct{}
+	c.mu.Lock()
+	if w.head && !q.isConfirmed && q.subErr == nil {
+		confirmed = q.confirmed
+	}
+	c.mu.Unlock()
+
+	backoff := time.Duration(0)
+	for {
+		c.mu.Lock()
+		head, now, bound, subErr := w.head, w.attemptNow, w.bound, q.subErr
+		if head {
+			// Wake-ups sent before this point are accounted for by the
+			// generation; drain them so the wait below sees only new ones.
+			select {
+			case <-w.wake:
+			default:
+			}
+			if q.gen != w.seen {
+				now = true
+			}
+			w.seen, w.attemptNow = q.gen, false
+		}
+		c.mu.Unlock()
+
+		if !head {
+			select {
+			case <-w.wake:
+				continue
+			case <-ctx.Done():
+				c.leave(q, w, promotion{now: true})
+				return nil, notObtained(ctx.Err())
+			}
+		}
+
+		if !now {
+			if subErr != nil {
+				backoff = nextBackoff(backoff)
+				bound = min(bound, backoff)
+			}
+			if bound > 0 || confirmed != nil {
+				timer := time.NewTimer(jitter(bound))
+				select {
+				case <-w.wake:
+				case <-confirmed:
+				case <-timer.C:
+				case <-ctx.Done():
+					timer.Stop()
+					c.leave(q, w, promotion{now: true})
+					return nil, notObtained(ctx.Err())
+				}
+				timer.Stop()
+				confirmed = nil
+			}
+		}
+
+		lease, pttl, err := c.attempt(ctx, req, true)
+		if err != nil {
+			c.leave(q, w, promotion{now: true})
+			return nil, err
+		}
+		if lease != nil {
+			c.leave(q, w, promotion{bound: req.ttl})
+			return lease, nil
+		}
+		c.mu.Lock()
+		w.bound = waitBound(pttl)
+		c.mu.Unlock()
+	}
+}
+
+// waitBound turns the holder's PTTL into how long to wait at most before
+// trying again. A lock without a TTL (a foreign key) gets the backoff cap.
+func waitBound(pttl time.Duration) time.Duration {
+	if pttl < 0 {
+		return maxBackoff
+	}
+	return pttl
+}
+
+// jitter spreads waiters of several processes that would all retry at the
+// moment a lease runs out: it adds up to a tenth, and at least a
+// millisecond, so they do not retry before Redis expired the key.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d + time.Millisecond + rand.N(d/10+1)
+}
+
+func nextBackoff(prev time.Duration) time.Duration {
+	if prev == 0 {
+		return minBackoff
+	}
+	return min(2*prev, maxBackoff)
+}
+
+// enqueue adds w to the queue for key, creating the queue (and subscribing
+// to its channel) if w is the first waiter.
+func (c *Client) enqueue(ctx context.Context, key string, w *waiter, holderTTL time.Duration) *queue {
+	c.mu.Lock()
+	q := c.queues[key]
+	if q != nil {
+		q.waiters = append(q.waiters, w)
+		if len(q.waiters) == 1 {
+			w.head, w.bound = true, waitBound(holderTTL)
+		}
+		c.mu.Unlock()
+		return q
+	}
+	q = &queue{channel: key + releasedSufix, waiters: []*waiter{w}, confirmed: make(chan struct{})}
+	w.head, w.bound = true, waitBound(holderTTL)
+	c.queues[key] = q
+	sub := c.sub
+	fresh := sub == nil
+	if fresh {
+		sub = &subscription{
+			ps:      c.rdb.Subscribe(context.WithoutCancel(ctx)),
+			stop:    make(chan struct{}),
+			pending: make(map[string]int),
+		}
+		c.sub = sub
+	}
+	sub.pending[q.channel]++
+	c.subMu.Lock() // keeps this SUBSCRIBE in order with other decisions
+	c.mu.Unlock()
+	if fresh {
+		go c.read(sub)
+	}
+	err := sub.ps.Subscribe(ctx, q.channel)
+	c.subMu.Unlock()
+	if err != nil {
+		c.mu.Lock()
+		q.subErr = err
+		if sub.pending[q.channel] > 0 {
+			sub.pending[q.channel]--
+		}
+		c.mu.Unlock()
+	}
+	return q
+}
+
+// promotion tells the next waiter how to start as the head.
+type promotion struct {
+	now   bool          // try at once: the lock may be free
+	bound time.Duration // else wait for a release, at most this long
+}
+
+// leave removes w from q. If w was the head, the next waiter becomes the
+// head; if none is left, the queue goes and so does its subscription.
+func (c *Client) leave(q *queue, w *waiter, p promotion) {
+	c.mu.Lock()
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			break
+		}
+	}
+	if w.head && len(q.waiters) > 0 {
+		next := q.waiters[0]
+		next.head, next.attemptNow, next.bound, next.seen = true, p.now, p.bound, q.gen
+		next.signal()
+	}
+	if len(q.waiters) > 0 {
+		c.mu.Unlock()
+		return
+	}
+	key := strings.TrimSuffix(q.channel, releasedSufix)
+	delete(c.queues, key)
+	sub := c.sub
+	last := len(c.queues) == 0
+	if last {
+		c.sub = nil
+	}
+	c.subMu.Lock()
+	c.mu.Unlock()
+	defer c.subMu.Unlock()
+	if sub == nil {
+		return
+	}
+	if last {
+		close(sub.stop)
+		_ = sub.ps.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = sub.ps.Unsubscribe(ctx, q.channel)
+}
+
+// wakeLocal wakes the head of this Client's queue for key, if any: the
+// lock was just released without a message.
+func (c *Client) wakeLocal(key string, published bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queues[key]
+	if q == nil || len(q.waiters) == 0 {
+		return
+	}
+	// A published release reaches the head through the subscription at the
+	// same time as other processes' waiters; waking it here would give it a
+	// head start. Without a working subscription, wake it here.
+	if published && q.subErr == nil {
+		return
+	}
+	q.wakeHead()
+}
+
+// read dispatches messages of one subscription until it is stopped.
+func (c *Client) read(sub *subscription) {
+	var backoff time.Duration
+	for {
+		msg, err := sub.ps.Receive(context.Background())
+		if err != nil {
+			select {
+			case <-sub.stop:
+				return
+			default:
+			}
+			// go-redis reconnects on the next Receive; pace the attempts
+			// while the server is unreachable.
+			backoff = nextBackoff(backoff)
+			t := time.NewTimer(jitter(backoff))
+			select {
+			case <-sub.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		backoff = 0
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				c.confirm(sub, m.Channel)
+			}
+		case *redis.Message:
+			c.notify(m.Channel)
+		}
+	}
+}
+
+// confirm records a SUBSCRIBE reply. Replies come in order, so when none is
+// pending any more the latest SUBSCRIBE for the channel is in effect. A
+// reply nobody waits for comes from go-redis resubscribing after a
+// reconnect: messages may have been missed meanwhile, so the head retries.
+func (c *Client) confirm(sub *subscription, channel string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sub != sub {
+		return
+	}
+	q := c.queues[strings.TrimSuffix(channel, releasedSufix)]
+	n, ok := sub.pending[channel]
+	if !ok {
+		if q != nil {
+			q.subErr = nil
+			q.wakeHead()
+		}
+		return
+	}
+	if n > 1 {
+		sub.pending[channel] = n - 1
+		return
+	}
+	delete(sub.pending, channel)
+	if q != nil && !q.isConfirmed {
+		q.isConfirmed = true
+		close(q.confirmed)
+	}
+}
+
+// notify wakes the head of the queue whose lock was released.
+func (c *Client) notify(channel string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.queues[strings.TrimSuffix(channel, releasedSufix)]; q != nil {
+		q.wakeHead()
+	}
+}
+
+// wakeHead tells the head that the lock may be free. Called with Client.mu
+// held.
+func (q *queue) wakeHead() {
+	q.gen++
+	if len(q.waiters) > 0 {
+		q.waiters[0].signal()
+	}
+}
