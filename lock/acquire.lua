@@ -2,49 +2,45 @@
 --
 -- KEYS[1]  lock key: a string holding the owner token, followed by "+" once
 --          a waiter has asked to be told when it is released
--- KEYS[2]  fence key: an integer counter, the last fencing token handed out
+-- KEYS[2]  fence key: an integer counter, the last fencing token handed out;
+--          it expires an hour (3600000 ms) after it is created
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  "1" if the caller will wait for a release message when the lock
 --          is taken (then the holder is flagged with "+"), else "0"
--- ARGV[4]  how long the fence key is kept, in milliseconds
 --
--- Reply: {1, fence} when obtained; {0, pttl} when another owner holds it
--- (pttl is the holder's remaining lease in milliseconds). A repeated call
--- with the same owner token is answered like the first.
+-- Reply: one integer, to keep the hot path free of tables. A positive reply
+-- is the fence: the lock is obtained. A reply r <= -1 means another owner
+-- holds it with -r-2 milliseconds of lease left (-1: the key has no TTL, so
+-- it is not a lock of ours). A repeated call with the same owner token is
+-- answered like the first, so a resent command is harmless.
 --
 -- SET NX PX creates the key and its expiry in one command: there is no
 -- moment at which the lock exists without a TTL. With GET it also returns
 -- the current holder's value when the key exists, which saves a read.
 
--- The fence must grow even after the fence key expired and is created
--- anew, so a new counter starts at Redis's clock in microseconds: every
--- earlier token was at most its own start plus one per acquisition, and no
--- lock is taken more than once per microsecond.
-local function next_fence()
-  local fence = redis.call('INCR', KEYS[2])
-  if fence == 1 then
-    local now = redis.call('TIME')
-    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
-  end
-  return fence
-end
-
 local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+local fence
 if not holder then
-  return {1, next_fence()}
-end
-if holder == ARGV[1] or holder == ARGV[1] .. '+' then
+  fence = redis.call('INCR', KEYS[2])
+elseif holder == ARGV[1] or holder == ARGV[1] .. '+' then
   -- A retry of an attempt that succeeded but whose reply was lost. Only an
   -- acquisition moves the fence, so it still holds this owner's token.
-  local fence = redis.call('GET', KEYS[2])
-  if fence then
-    return {1, tonumber(fence)}
+  fence = tonumber(redis.call('GET', KEYS[2])) or redis.call('INCR', KEYS[2])
+else
+  if ARGV[3] == '1' and string.sub(holder, -1) ~= '+' then
+    redis.call('APPEND', KEYS[1], '+')
   end
-  return {1, next_fence()}
+  return -redis.call('PTTL', KEYS[1]) - 2
 end
-if ARGV[3] == '1' and string.sub(holder, -1) ~= '+' then
-  redis.call('APPEND', KEYS[1], '+')
+if fence == 1 then
+  -- A new counter (the old one expired) starts at Redis's clock in
+  -- microseconds, which is above every token handed out before: each was at
+  -- most its counter's start plus one per acquisition, and no lock is taken
+  -- more than once per microsecond. So fences keep growing without a key
+  -- kept forever.
+  local now = redis.call('TIME')
+  fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', 3600000)
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return fence

@@ -20,8 +20,12 @@ type Lease struct {
 	name   string
 	key    string
 	token  string
+	renew  bool
 	fence  int64
 	parent context.Context // gives Context its values
+
+	// Script arguments, boxed once for all the lease's calls.
+	keyArg, fenceKeyArg, tokenArg, ttlArg any
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -38,26 +42,17 @@ type renewal struct {
 	done chan struct{}
 }
 
-// newLease builds the lease of an acquisition that started at start (before
-// the request was sent, so the local deadline errs on the early side).
-func (c *Client) newLease(req *request, fence int64, start time.Time) *Lease {
-	l := &Lease{
-		c:        c,
-		name:     req.name,
-		key:      req.key,
-		token:    req.token,
-		fence:    fence,
-		parent:   req.parent,
-		ttl:      req.ttl,
-		deadline: start.Add(req.ttl),
-	}
-	if req.renew {
-		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(req.parent))
+// start records a successful acquisition that was sent at sent (so the
+// local deadline errs on the early side) and starts renewal if asked for.
+func (l *Lease) start(fence int64, sent time.Time) {
+	l.fence = fence
+	l.deadline = sent.Add(l.ttl)
+	if l.renew {
+		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
 		wctx, stop := context.WithCancel(context.Background())
 		l.renewal = &renewal{stop: stop, done: make(chan struct{})}
-		go l.renew(wctx, l.renewal.done)
+		go l.keepAlive(wctx, l.renewal.done)
 	}
-	return l
 }
 
 // Name returns the name the lock was taken under.
@@ -117,7 +112,7 @@ func (l *Lease) Context() context.Context {
 // (context.WithoutCancel helps).
 func (l *Lease) Unlock(ctx context.Context) error {
 	l.stopRenewal()
-	res, err := releaseScript.Run(ctx, l.c.rdb, []string{l.key}, l.token).Int64()
+	res, err := l.release(ctx)
 	l.end(context.Canceled)
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
@@ -142,7 +137,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	ttl = ttl.Truncate(time.Millisecond)
 	start := time.Now()
-	ok, err := l.c.extend(ctx, l.key, l.token, ttl)
+	ok, err := l.extend(ctx, ttl)
 	if err != nil {
 		return fmt.Errorf("lock: extend %q: %w", l.name, err)
 	}
@@ -162,7 +157,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // TTL returns the lease time left as Redis counts it, or ErrNotHeld if this
 // lease no longer owns the lock.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
-	ms, err := pttlScript.RunRO(ctx, l.c.rdb, []string{l.key}, l.token).Int64()
+	ms, err := pttlScript.Int(ctx, l.c.rdb, append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg))
 	if err != nil {
 		return 0, fmt.Errorf("lock: ttl %q: %w", l.name, err)
 	}
@@ -172,9 +167,15 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	res, err := extendScript.Run(ctx, c.rdb, []string{key}, token, ttl.Milliseconds()).Int64()
+func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
+	res, err := extendScript.Int(ctx, l.c.rdb, append(extendScript.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds()))
 	return res == 1, err
+}
+
+// release runs the release script: 0 not held, 1 released, 2 released and
+// waiters told.
+func (l *Lease) release(ctx context.Context) (int64, error) {
+	return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
 }
 
 // stopRenewal stops the watchdog and waits for it, so that no renewal runs
@@ -203,10 +204,10 @@ func (l *Lease) end(cause error) {
 	}
 }
 
-// renew is the watchdog: it extends the lease every ttl/3. A failed call is
+// keepAlive is the watchdog: it extends the lease every ttl/3. A failed call is
 // retried sooner, but not past the lease's deadline; after that, or when
 // Redis says the lock is no longer ours, the lease is lost.
-func (l *Lease) renew(ctx context.Context, done chan<- struct{}) {
+func (l *Lease) keepAlive(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	l.mu.Lock()
 	wait := l.ttl / 3
@@ -225,7 +226,7 @@ func (l *Lease) renew(ctx context.Context, done chan<- struct{}) {
 
 		start := time.Now()
 		callCtx, cancel := context.WithDeadline(ctx, deadline)
-		ok, err := l.c.extend(callCtx, l.key, l.token, ttl)
+		ok, err := l.extend(callCtx, ttl)
 		cancel()
 		if ctx.Err() != nil {
 			return // stopped by Unlock; the result no longer matters

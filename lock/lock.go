@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,11 +16,12 @@ import (
 	"github.com/surgekit/surge/internal/hashtag"
 )
 
-// RedisClient is what the lock needs from go-redis: scripts, and pub/sub to
-// wake waiters. *redis.Client, *redis.ClusterClient and *redis.Ring all
-// satisfy it, as does any redis.UniversalClient.
+// RedisClient is what the lock needs from a go-redis client: running
+// commands (its scripts, by EVALSHA), and pub/sub to wake waiters.
+// *redis.Client, *redis.ClusterClient and *redis.Ring all satisfy it, as
+// does every redis.UniversalClient.
 type RedisClient interface {
-	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
@@ -33,11 +35,6 @@ var (
 // MinTTL is the shortest lease a lock can have. Redis counts leases in whole
 // milliseconds; longer TTLs are rounded down to a whole millisecond.
 const MinTTL = time.Millisecond
-
-// fenceRetention is how long a fence counter lives after it is created.
-// Tokens keep growing after it expires (a new counter starts at Redis's
-// clock), so it bounds memory, not correctness.
-const fenceRetention = time.Hour
 
 // Suffixes of the keys and channel derived from a lock's name.
 const (
@@ -57,6 +54,9 @@ type Client struct {
 	mu     sync.Mutex
 	queues map[string]*queue // by lock key
 	sub    *subscription
+	// nqueues is len(queues), readable without mu so that uncontended
+	// acquisitions and releases never touch the shared mutex.
+	nqueues atomic.Int32
 
 	// subMu orders the SUBSCRIBE, UNSUBSCRIBE and close calls on the
 	// subscription in the order they were decided under mu. It is taken
@@ -93,15 +93,10 @@ func isNil(v any) bool {
 	return false
 }
 
-// request is one acquisition being attempted.
-type request struct {
-	name, key, fenceKey, token string
-	ttl                        time.Duration
-	renew                      bool
-	parent                     context.Context
-}
-
-func (c *Client) newRequest(ctx context.Context, name string, ttl time.Duration, opts []LockOption) (*request, error) {
+// newLease validates an acquisition and prepares its lease; attempt makes
+// it real. Everything a script call needs is built once here, so that
+// acquiring and releasing allocate as little as possible.
+func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, opts []LockOption) (*Lease, error) {
 	if err := hashtag.CheckName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -118,15 +113,22 @@ func (c *Client) newRequest(ctx context.Context, name string, ttl time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	key := hashtag.Key(c.prefix, name, "")
-	return &request{
-		name:     name,
-		key:      key,
-		fenceKey: key + fenceSuffix,
-		token:    token,
-		ttl:      ttl.Truncate(time.Millisecond),
-		renew:    lc.renew,
-		parent:   ctx,
+	// One string holds both keys: the lock key is a prefix of the fence key.
+	fenceKey := hashtag.Key(c.prefix, name, fenceSuffix)
+	key := fenceKey[:len(fenceKey)-len(fenceSuffix)]
+	ttl = ttl.Truncate(time.Millisecond)
+	return &Lease{
+		c:           c,
+		name:        name,
+		key:         key,
+		keyArg:      key,
+		fenceKeyArg: fenceKey,
+		token:       token,
+		tokenArg:    token,
+		ttl:         ttl,
+		ttlArg:      ttl.Milliseconds(),
+		renew:       lc.renew,
+		parent:      ctx,
 	}, nil
 }
 
@@ -148,21 +150,21 @@ func notObtained(err error) error { return errors.Join(ErrNotObtained, err) }
 // The lease starts when Redis runs the attempt and lasts ttl (at least
 // MinTTL) unless renewed; see AutoRenew and Lease.Extend.
 func (c *Client) TryLock(ctx context.Context, name string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
-	req, err := c.newRequest(ctx, name, ttl, opts)
+	l, err := c.newLease(ctx, name, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, notObtained(err)
 	}
-	lease, _, err := c.attempt(ctx, req, false)
+	ok, _, err := c.attempt(ctx, l, false)
 	if err != nil {
 		return nil, err
 	}
-	if lease == nil {
+	if !ok {
 		return nil, ErrNotObtained
 	}
-	return lease, nil
+	return l, nil
 }
 
 // Lock takes the lock called name for ttl, waiting as long as ctx allows.
@@ -176,7 +178,7 @@ func (c *Client) TryLock(ctx context.Context, name string, ttl time.Duration, op
 // of them talks to Redis. If pub/sub is unavailable, waiters fall back to
 // retrying with a jittered exponential backoff.
 func (c *Client) Lock(ctx context.Context, name string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
-	req, err := c.newRequest(ctx, name, ttl, opts)
+	l, err := c.newLease(ctx, name, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -184,48 +186,52 @@ func (c *Client) Lock(ctx context.Context, name string, ttl time.Duration, opts 
 		return nil, notObtained(err)
 	}
 	holderTTL := time.Duration(0)
-	if !c.queued(req.key) {
-		lease, pttl, err := c.attempt(ctx, req, false)
-		if lease != nil || err != nil {
-			return lease, err
+	if !c.queued(l.key) {
+		ok, pttl, err := c.attempt(ctx, l, false)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return l, nil
 		}
 		holderTTL = pttl
 	}
-	return c.wait(ctx, req, holderTTL)
+	return c.wait(ctx, l, holderTTL)
 }
 
-// attempt runs the acquire script once. It returns the lease when obtained,
-// or the holder's remaining lease when not. flag asks the holder's release
-// to publish a message.
-func (c *Client) attempt(ctx context.Context, req *request, flag bool) (*Lease, time.Duration, error) {
+// attempt runs the acquire script once for l. It reports whether l now
+// holds the lock, and if not the holder's remaining lease. flag asks the
+// holder's release to publish a message.
+func (c *Client) attempt(ctx context.Context, l *Lease, flag bool) (bool, time.Duration, error) {
 	flagArg := "0"
 	if flag {
 		flagArg = "1"
 	}
 	start := time.Now()
-	res, err := acquireScript.Run(ctx, c.rdb, []string{req.key, req.fenceKey},
-		req.token, req.ttl.Milliseconds(), flagArg, fenceRetention.Milliseconds()).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("lock: acquire script replied %v", res)
+	args := append(acquireScript.Args(2, 5), l.keyArg, l.fenceKeyArg, l.tokenArg, l.ttlArg, flagArg)
+	res, err := acquireScript.Int(ctx, c.rdb, args)
+	if err == nil && res == 0 {
+		err = errors.New("lock: acquire script replied 0")
 	}
 	if err != nil {
-		c.abandon(ctx, req)
+		c.abandon(ctx, l)
 		if ctx.Err() != nil {
-			return nil, 0, notObtained(err)
+			return false, 0, notObtained(err)
 		}
-		return nil, 0, fmt.Errorf("lock: acquire %q: %w", req.name, err)
+		return false, 0, fmt.Errorf("lock: acquire %q: %w", l.name, err)
 	}
-	if res[0] == 0 {
-		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	if res < 0 {
+		return false, time.Duration(-res-2) * time.Millisecond, nil
 	}
-	return c.newLease(req, res[1], start), 0, nil
+	l.start(res, start)
+	return true, 0, nil
 }
 
 // abandon releases a lock that an attempt may have taken although its reply
 // was lost, so that it does not stay held until its lease runs out. It is
 // best effort and bounded in time.
-func (c *Client) abandon(ctx context.Context, req *request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.ttl, time.Second))
+func (c *Client) abandon(ctx context.Context, l *Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.ttl, time.Second))
 	defer cancel()
-	_ = releaseScript.Run(ctx, c.rdb, []string{req.key}, req.token).Err()
+	_, _ = l.release(ctx)
 }

@@ -288,7 +288,7 @@ func TestLockIsWokenByAnotherProcessRelease(t *testing.T) {
 		ctx := context.Background()
 		holder := newClient(t, b.Client(t))
 		counts := redistest.NewFaults()
-		attempts := counts.On(redistest.Script(acquireScript))
+		attempts := counts.On(redistest.Script(acquireScript.Hash()))
 		waiter := newClient(t, b.Client(t, counts))
 		name := redistest.Key(t)
 
@@ -477,7 +477,7 @@ func TestAutoRenewKeepsTheLockPastItsTTL(t *testing.T) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		ctx := context.Background()
 		f := redistest.NewFaults()
-		renewals := f.On(redistest.Script(extendScript))
+		renewals := f.On(redistest.Script(extendScript.Hash()))
 		rdb := b.Client(t, f)
 		c := newClient(t, rdb)
 		name := redistest.Key(t)
@@ -559,7 +559,7 @@ func TestAutoRenewGivesUpWhenRedisIsUnreachable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		failing := f.On(redistest.Script(extendScript)).Fail(io.ErrUnexpectedEOF)
+		failing := f.On(redistest.Script(extendScript.Hash())).Fail(io.ErrUnexpectedEOF)
 		select {
 		case <-l.Context().Done():
 		case <-time.After(10 * time.Second):
@@ -691,7 +691,7 @@ func TestAttemptWithALostReplyDoesNotLeaveTheLockHeld(t *testing.T) {
 		if err := warm.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		f.On(redistest.Script(acquireScript)).LoseReply(io.ErrUnexpectedEOF).Times(1)
+		f.On(redistest.Script(acquireScript.Hash())).LoseReply(io.ErrUnexpectedEOF).Times(1)
 		if _, err := c.TryLock(ctx, name, time.Hour); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("got %v, want the lost reply's error", err)
 		}
@@ -711,20 +711,21 @@ func TestRepeatedAcquireWithTheSameTokenIsIdempotent(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		c := newClient(t, b.Client(t))
-		req, err := c.newRequest(ctx, redistest.Key(t), time.Minute, nil)
+		l, err := c.newLease(ctx, redistest.Key(t), time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, _, err := c.attempt(ctx, req, false)
-		if err != nil || first == nil {
-			t.Fatalf("first attempt: %v %v", first, err)
+		ok, _, err := c.attempt(ctx, l, false)
+		if err != nil || !ok {
+			t.Fatalf("first attempt: %v %v", ok, err)
 		}
-		again, _, err := c.attempt(ctx, req, true)
-		if err != nil || again == nil {
-			t.Fatalf("repeated attempt: %v %v", again, err)
+		first := l.Fence()
+		ok, _, err = c.attempt(ctx, l, true)
+		if err != nil || !ok {
+			t.Fatalf("repeated attempt: %v %v", ok, err)
 		}
-		if again.Fence() != first.Fence() {
-			t.Fatalf("repeated attempt got fence %d, first %d", again.Fence(), first.Fence())
+		if l.Fence() != first {
+			t.Fatalf("repeated attempt got fence %d, first %d", l.Fence(), first)
 		}
 	})
 }
@@ -737,7 +738,7 @@ func TestReleasePublishesOnlyWhenAWaiterAsked(t *testing.T) {
 		name := redistest.Key(t)
 		release := func(l *Lease) int64 {
 			t.Helper()
-			n, err := releaseScript.Run(ctx, rdb, []string{l.key}, l.token).Int64()
+			n, err := l.release(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -754,12 +755,12 @@ func TestReleasePublishesOnlyWhenAWaiterAsked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := c.newRequest(ctx, name, time.Minute, nil)
+		other, err := c.newLease(ctx, name, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, _, err := c.attempt(ctx, other, true); err != nil || got != nil {
-			t.Fatalf("flagging attempt: %v %v", got, err)
+		if ok, _, err := c.attempt(ctx, other, true); err != nil || ok {
+			t.Fatalf("flagging attempt: %v %v", ok, err)
 		}
 		if got := release(l); got != 2 {
 			t.Fatalf("release of a flagged lock replied %d, want 2 (message sent)", got)

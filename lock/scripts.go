@@ -3,23 +3,23 @@ package lock
 import (
 	_ "embed"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/surgekit/surge/internal/script"
 )
 
 var (
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = script.New(acquireLua)
 
 	//go:embed release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = script.New(releaseLua)
 
 	//go:embed extend.lua
 	extendLua    string
-	extendScript = redis.NewScript(extendLua)
+	extendScript = script.New(extendLua)
 
 	//go:embed pttl.lua
 	pttlLua    string
-	pttlScript = redis.NewScript(pttlLua)
+	pttlScript = script.New(pttlLua)
 )

@@ -73,6 +73,9 @@ type subscription struct {
 // queued reports whether goroutines of this Client already wait for key, in
 // which case a newcomer joins the queue instead of trying first.
 func (c *Client) queued(key string) bool {
+	if c.nqueues.Load() == 0 {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.queues[key] != nil
@@ -82,9 +85,9 @@ func (c *Client) queued(key string) bool {
 // and returns when it holds the lock, when an attempt fails, or when ctx
 // ends. holderTTL is the holder's remaining lease if the caller already
 // tried once.
-func (c *Client) wait(ctx context.Context, req *request, holderTTL time.Duration) (*Lease, error) {
+func (c *Client) wait(ctx context.Context, l *Lease, holderTTL time.Duration) (*Lease, error) {
 	w := &waiter{wake: make(chan struct{}, 1)}
-	q := c.enqueue(ctx, req.key, w, holderTTL)
+	q := c.enqueue(ctx, l.key, w, holderTTL)
 
 	var confirmed <-chan struct{}
 	c.mu.Lock()
@@ -142,14 +145,14 @@ func (c *Client) wait(ctx context.Context, req *request, holderTTL time.Duration
 			}
 		}
 
-		lease, pttl, err := c.attempt(ctx, req, true)
+		ok, pttl, err := c.attempt(ctx, l, true)
 		if err != nil {
 			c.leave(q, w, promotion{now: true})
 			return nil, err
 		}
-		if lease != nil {
-			c.leave(q, w, promotion{bound: req.ttl})
-			return lease, nil
+		if ok {
+			c.leave(q, w, promotion{bound: l.ttl})
+			return l, nil
 		}
 		c.mu.Lock()
 		w.bound = waitBound(pttl)
@@ -199,6 +202,7 @@ func (c *Client) enqueue(ctx context.Context, key string, w *waiter, holderTTL t
 	q = &queue{channel: key + releasedSufix, waiters: []*waiter{w}, confirmed: make(chan struct{})}
 	w.head, w.bound = true, waitBound(holderTTL)
 	c.queues[key] = q
+	c.nqueues.Add(1)
 	sub := c.sub
 	fresh := sub == nil
 	if fresh {
@@ -255,6 +259,7 @@ func (c *Client) leave(q *queue, w *waiter, p promotion) {
 	}
 	key := strings.TrimSuffix(q.channel, releasedSufix)
 	delete(c.queues, key)
+	c.nqueues.Add(-1)
 	sub := c.sub
 	last := len(c.queues) == 0
 	if last {
@@ -279,6 +284,9 @@ func (c *Client) leave(q *queue, w *waiter, p promotion) {
 // wakeLocal wakes the head of this Client's queue for key, if any: the
 // lock was just released without a message.
 func (c *Client) wakeLocal(key string, published bool) {
+	if c.nqueues.Load() == 0 {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.queues[key]

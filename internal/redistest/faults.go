@@ -16,7 +16,7 @@ import (
 // counts them, for tests of error paths. Add it with Backend.Client:
 //
 //	f := redistest.NewFaults()
-//	rule := f.On(redistest.Script(extendScript)).Fail(io.EOF)
+//	rule := f.On(redistest.Script(extendScript.Hash())).Fail(io.EOF)
 //	rdb := b.Client(t, f)
 type Faults struct {
 	mu    sync.Mutex
@@ -43,10 +43,9 @@ func Command(names ...string) Match {
 	}
 }
 
-// Script matches every way go-redis runs the script: EVALSHA, EVALSHA_RO,
-// and the EVAL or EVAL_RO it falls back to after NOSCRIPT.
-func Script(s *redis.Script) Match {
-	sha := s.Hash()
+// Script matches every way a script with the given SHA1 runs: EVALSHA,
+// EVALSHA_RO, and the EVAL or EVAL_RO sent after NOSCRIPT.
+func Script(sha string) Match {
 	return func(cmd redis.Cmder) bool {
 		args := cmd.Args()
 		if len(args) < 2 {

@@ -164,3 +164,20 @@ func Key(t testing.TB) string {
 	name := strings.NewReplacer(" ", "_", "{", "(", "}", ")").Replace(t.Name())
 	return fmt.Sprintf("t:%s:%d:%s", name, keySeq.Add(1), hex.EncodeToString(r[:]))
 }
+
+// SingleAddr returns the address of the spawned standalone redis-server, for
+// benchmarks. It skips (or fails, when required) like the real backends of
+// Run.
+func SingleAddr(tb testing.TB) string {
+	tb.Helper()
+	if !startedUp {
+		tb.Fatal("redistest: call redistest.Main from TestMain")
+	}
+	if startErr != nil {
+		if required() {
+			tb.Fatalf("redistest: real redis required (%s=require) but unavailable: %v", RequireEnv, startErr)
+		}
+		tb.Skipf("redistest: real redis unavailable (%v)", startErr)
+	}
+	return single.Addr
+}

@@ -1,0 +1,212 @@
+// Command compare runs the comparison benchmarks in interleaved rounds
+// against one redis-server and prints the median of every metric per
+// library, with surge's ratio to each other library.
+//
+// Small shared machines are noisy: a library measured a minute after
+// another may see a different machine (on a 2-core VM the same loop was
+// measured at 100 µs and at 330 µs per pair within a minute). So each
+// round runs every library's sub-benchmark once, briefly and in a rotated
+// order, and surge's ratio to each library is taken within the round, where
+// both saw the same conditions. The reported ratio is the median of the
+// per-round ratios; absolute figures are medians over the rounds.
+//
+// Run it from the benchmarks directory:
+//
+//	go run ./cmd/compare -rounds 8
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+var libs = []string{"surge", "redsync", "redislock", "raw"}
+
+func main() {
+	rounds := flag.Int("rounds", 20, "rounds of every library's benchmarks")
+	bench := flag.String("bench", ".", "top-level benchmarks to run (a -test.bench pattern without the library level)")
+	benchtime := flag.String("benchtime", "300ms", "-test.benchtime of each run")
+	verbose := flag.Bool("v", false, "print every benchmark line as it comes")
+	flag.Parse()
+
+	if err := run(*rounds, *bench, *benchtime, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func run(rounds int, bench, benchtime string, verbose bool) error {
+	dir, err := os.MkdirTemp("", "surge-compare-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "bench.test")
+	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building the benchmarks: %w", err)
+	}
+
+	addr := os.Getenv("SURGE_BENCH_REDIS")
+	if addr == "" {
+		srv, err := redistest.StartServer()
+		if err != nil {
+			return fmt.Errorf("starting redis-server: %w", err)
+		}
+		defer srv.Stop()
+		addr = srv.Addr
+	}
+
+	// samples[benchmark][metric][lib] = one value per round
+	samples := map[string]map[string]map[string][]float64{}
+	var order []string
+	for r := range rounds {
+		for i := range libs {
+			lib := libs[(i+r)%len(libs)]
+			cmd := exec.Command(bin, "-test.run", "^$", "-test.bench", bench+"/^"+lib+"$", "-test.benchtime", benchtime)
+			cmd.Env = append(os.Environ(), "SURGE_BENCH_REDIS="+addr)
+			var out bytes.Buffer
+			cmd.Stdout = &out
+			cmd.Stderr = os.Stderr
+			if err := cmd.Run(); err != nil {
+				os.Stdout.Write(out.Bytes())
+				return fmt.Errorf("round %d, %s: %w", r+1, lib, err)
+			}
+			sc := bufio.NewScanner(&out)
+			for sc.Scan() {
+				name, metrics, ok := parse(sc.Text())
+				if !ok {
+					continue
+				}
+				if verbose {
+					fmt.Println(sc.Text())
+				}
+				base, l, _ := strings.Cut(name, "/")
+				if samples[base] == nil {
+					samples[base] = map[string]map[string][]float64{}
+					order = append(order, base)
+				}
+				for m, v := range metrics {
+					if samples[base][m] == nil {
+						samples[base][m] = map[string][]float64{}
+					}
+					samples[base][m][l] = append(samples[base][m][l], v)
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "round %d of %d done\n", r+1, rounds)
+	}
+	report(samples, order, rounds)
+	return nil
+}
+
+// parse reads a benchmark result line: name, iterations, then value-unit
+// pairs.
+func parse(line string) (string, map[string]float64, bool) {
+	f := strings.Fields(line)
+	if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+		return "", nil, false
+	}
+	name := f[0]
+	if i := strings.LastIndex(name, "-"); i > 0 {
+		if _, err := strconv.Atoi(name[i+1:]); err == nil {
+			name = name[:i] // drop the GOMAXPROCS suffix
+		}
+	}
+	metrics := map[string]float64{}
+	for i := 2; i+1 < len(f); i += 2 {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return "", nil, false
+		}
+		metrics[f[i+1]] = v
+	}
+	return name, metrics, true
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func report(samples map[string]map[string]map[string][]float64, order []string, rounds int) {
+	fmt.Printf("Medians of %d interleaved rounds; surge/x is the median of the per-round ratios.\n\n", rounds)
+	for _, base := range order {
+		metrics := samples[base]
+		names := make([]string, 0, len(metrics))
+		for m := range metrics {
+			names = append(names, m)
+		}
+		slices.Sort(names)
+		present := []string{}
+		for _, l := range libs {
+			if _, ok := metrics[names[0]][l]; ok {
+				present = append(present, l)
+			}
+		}
+		fmt.Printf("### %s\n\n| metric |", base)
+		for _, l := range present {
+			fmt.Printf(" %s |", l)
+		}
+		for _, l := range present[1:] {
+			fmt.Printf(" surge/%s |", l)
+		}
+		fmt.Printf("\n|---|%s\n", strings.Repeat("---|", 2*len(present)-1))
+		for _, m := range names {
+			fmt.Printf("| %s |", m)
+			for _, l := range present {
+				fmt.Printf(" %s |", format(median(metrics[m][l])))
+			}
+			for _, l := range present[1:] {
+				fmt.Printf(" %s |", pairedRatio(metrics[m]["surge"], metrics[m][l]))
+			}
+			fmt.Println()
+		}
+		fmt.Println()
+	}
+}
+
+// pairedRatio is the median over rounds of surge's value divided by the
+// other library's value in the same round.
+func pairedRatio(surge, other []float64) string {
+	var ratios []float64
+	for i := range min(len(surge), len(other)) {
+		if other[i] != 0 {
+			ratios = append(ratios, surge[i]/other[i])
+		}
+	}
+	if len(ratios) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", median(ratios))
+}
+
+func format(v float64) string {
+	switch {
+	case v >= 1000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}

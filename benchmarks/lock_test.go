@@ -1,0 +1,251 @@
+package benchmarks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/lock"
+)
+
+const lockTTL = 10 * time.Second
+
+// A locker is one library's way of taking and releasing a lock. try makes a
+// single attempt; wait retries until it has the lock (the polling libraries
+// every 10 ms).
+type locker struct {
+	name string
+	new  func(b *testing.B, rdb *redis.Client) lockFuncs
+}
+
+type lockFuncs struct {
+	try  func(ctx context.Context, key string) (release func(context.Context) error, err error)
+	wait func(ctx context.Context, key string) (release func(context.Context) error, err error)
+}
+
+var errNotObtained = errors.New("not obtained")
+
+var lockers = []locker{
+	{"surge", func(b *testing.B, rdb *redis.Client) lockFuncs {
+		c, err := lock.New(rdb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return lockFuncs{
+			try: func(ctx context.Context, key string) (func(context.Context) error, error) {
+				l, err := c.TryLock(ctx, key, lockTTL)
+				if err != nil {
+					return nil, err
+				}
+				return l.Unlock, nil
+			},
+			wait: func(ctx context.Context, key string) (func(context.Context) error, error) {
+				l, err := c.Lock(ctx, key, lockTTL)
+				if err != nil {
+					return nil, err
+				}
+				return l.Unlock, nil
+			},
+		}
+	}},
+	{"redsync", func(b *testing.B, rdb *redis.Client) lockFuncs {
+		rs := redsync.New(goredis.NewPool(rdb))
+		return lockFuncs{
+			try: func(ctx context.Context, key string) (func(context.Context) error, error) {
+				m := rs.NewMutex(key, redsync.WithExpiry(lockTTL))
+				if err := m.TryLockContext(ctx); err != nil {
+					return nil, err
+				}
+				return func(ctx context.Context) error { _, err := m.UnlockContext(ctx); return err }, nil
+			},
+			wait: func(ctx context.Context, key string) (func(context.Context) error, error) {
+				m := rs.NewMutex(key, redsync.WithExpiry(lockTTL),
+					redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(10*time.Millisecond))
+				if err := m.LockContext(ctx); err != nil {
+					return nil, err
+				}
+				return func(ctx context.Context) error { _, err := m.UnlockContext(ctx); return err }, nil
+			},
+		}
+	}},
+	{"redislock", func(b *testing.B, rdb *redis.Client) lockFuncs {
+		c := redislock.New(rdb)
+		return lockFuncs{
+			try: func(ctx context.Context, key string) (func(context.Context) error, error) {
+				l, err := c.Obtain(ctx, key, lockTTL, nil)
+				if err != nil {
+					return nil, err
+				}
+				return l.Release, nil
+			},
+			wait: func(ctx context.Context, key string) (func(context.Context) error, error) {
+				l, err := c.Obtain(ctx, key, lockTTL,
+					&redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)})
+				if err != nil {
+					return nil, err
+				}
+				return l.Release, nil
+			},
+		}
+	}},
+	{"raw", func(b *testing.B, rdb *redis.Client) lockFuncs {
+		// The hand-written baseline: SET NX PX with a random token, and a
+		// compare-and-delete script to release.
+		release := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
+		return lockFuncs{
+			try: func(ctx context.Context, key string) (func(context.Context) error, error) {
+				var buf [16]byte
+				if _, err := rand.Read(buf[:]); err != nil {
+					return nil, err
+				}
+				token := hex.EncodeToString(buf[:])
+				ok, err := rdb.SetNX(ctx, key, token, lockTTL).Result()
+				if err != nil {
+					return nil, err
+				}
+				if !ok {
+					return nil, errNotObtained
+				}
+				return func(ctx context.Context) error {
+					return release.Run(ctx, rdb, []string{key}, token).Err()
+				}, nil
+			},
+		}
+	}},
+}
+
+var keySeq atomic.Int64
+
+func uniqueKey(prefix string) string {
+	return fmt.Sprintf("bench:%s:%d:%d", prefix, time.Now().UnixNano(), keySeq.Add(1))
+}
+
+// BenchmarkLockPair measures uncontended acquire+release pairs from one
+// goroutine; BenchmarkLockPairParallel from sixteen, each on its own key.
+func BenchmarkLockPair(b *testing.B)         { benchPairs(b, 1) }
+func BenchmarkLockPairParallel(b *testing.B) { benchPairs(b, 16) }
+
+func benchPairs(b *testing.B, goroutines int) {
+	for _, lk := range lockers {
+		b.Run(lk.name, func(b *testing.B) {
+			rdb, _ := newClient(b)
+			f := lk.new(b, rdb)
+			ctx := context.Background()
+			pair := func(key string) error {
+				release, err := f.try(ctx, key)
+				if err != nil {
+					return err
+				}
+				return release(ctx)
+			}
+			var ops atomic.Int64
+			run := func(n int64) {
+				var wg sync.WaitGroup
+				ops.Store(0)
+				for range goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						key := uniqueKey(lk.name)
+						for ops.Add(1) <= n {
+							if err := pair(key); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			run(int64(8 * goroutines)) // warm up: load the scripts, open the pool's connections
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			run(int64(b.N))
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+		})
+	}
+}
+
+// BenchmarkLockContended has 16 goroutines take one key 200 times each,
+// holding it 1 ms each time. It reports how long acquisitions waited (p50,
+// p99, max), the commands Redis executed per acquisition (INFO
+// commandstats, script-internal calls included) and the commands each
+// client sent per acquisition (round trips).
+func BenchmarkLockContended(b *testing.B) {
+	const goroutines, rounds = 16, 200
+	for _, lk := range lockers {
+		if lk.name == "raw" {
+			continue // no waiting strategy of its own
+		}
+		b.Run(lk.name, func(b *testing.B) {
+			for range b.N {
+				rdb, sent := newClient(b)
+				f := lk.new(b, rdb)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				key := uniqueKey("contended-" + lk.name)
+				if release, err := f.wait(ctx, uniqueKey("warm")); err != nil {
+					b.Fatal(err)
+				} else if err := release(ctx); err != nil {
+					b.Fatal(err)
+				}
+
+				resetServerStats(b)
+				sent.n.Store(0)
+				waits := make([]time.Duration, 0, goroutines*rounds)
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				start := time.Now()
+				for range goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range rounds {
+							t0 := time.Now()
+							release, err := f.wait(ctx, key)
+							w := time.Since(t0)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							mu.Lock()
+							waits = append(waits, w)
+							mu.Unlock()
+							time.Sleep(time.Millisecond)
+							if err := release(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				cancel()
+				cmds := serverCommands(b)
+				n := float64(len(waits))
+				slices.Sort(waits)
+				ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+				b.ReportMetric(ms(waits[len(waits)/2]), "p50-wait-ms")
+				b.ReportMetric(ms(waits[len(waits)*99/100]), "p99-wait-ms")
+				b.ReportMetric(ms(waits[len(waits)-1]), "max-wait-ms")
+				b.ReportMetric(float64(cmds)/n, "redis-cmds/acq")
+				b.ReportMetric(float64(sent.n.Load())/n, "sent-cmds/acq")
+				b.ReportMetric(n/elapsed.Seconds(), "acq/s")
+			}
+		})
+	}
+}
