@@ -1,0 +1,49 @@
+package hashtag
+
+import "testing"
+
+// slot is the part of a key Redis Cluster hashes.
+func slot(key string) string {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j == i+1 {
+						return key
+					}
+					return key[i+1 : j]
+				}
+			}
+			return key
+		}
+	}
+	return key
+}
+
+func TestKeysOfOneNameShareTheirHashTag(t *testing.T) {
+	for _, name := range []string{"order:42", "a}b", "x{y", "{already}", "ünïcode"} {
+		if err := CheckName(name); err != nil {
+			t.Fatalf("CheckName(%q): %v", name, err)
+		}
+		a, b := Key("app:", name, ""), Key("app:", name, ":fence")
+		if slot(a) != slot(b) {
+			t.Errorf("name %q: %q hashes %q, %q hashes %q", name, a, slot(a), b, slot(b))
+		}
+	}
+}
+
+func TestBadNamesAndPrefixes(t *testing.T) {
+	for _, name := range []string{"", "}x"} {
+		if CheckName(name) == nil {
+			t.Errorf("CheckName(%q) accepted", name)
+		}
+	}
+	for _, p := range []string{"a{", "}b", "{}"} {
+		if CheckPrefix(p) == nil {
+			t.Errorf("CheckPrefix(%q) accepted", p)
+		}
+	}
+	if err := CheckPrefix(""); err != nil {
+		t.Errorf("empty prefix: %v", err)
+	}
+}

@@ -1,0 +1,50 @@
+package script
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func TestIntLoadsTheScriptOnNOSCRIPTAndThenUsesItsHash(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		evals := f.On(redistest.Command("eval"))
+		evalshas := f.On(redistest.Command("evalsha"))
+		rdb := b.Client(t, f)
+		// A script no server has seen: its hash is unique to this test.
+		s := New("return tonumber(ARGV[1]) + #KEYS[1] -- " + redistest.Key(t))
+		key := redistest.Key(t)
+		for i, want := range []int64{int64(1 + len(key)), int64(2 + len(key))} {
+			got, err := s.Int(ctx, rdb, append(s.Args(1, 2), key, i+1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("call %d: got %d, want %d", i, got, want)
+			}
+		}
+		if evals.Hits() != 1 || evalshas.Hits() != 2 {
+			t.Fatalf("EVAL %d times, EVALSHA %d times; want 1 and 2 (NOSCRIPT once, then cached)", evals.Hits(), evalshas.Hits())
+		}
+		ro, err := s.Int(ctx, rdb, append(s.ArgsRO(1, 2), key, 5))
+		if err != nil || ro != int64(5+len(key)) {
+			t.Fatalf("read-only run: %d, %v", ro, err)
+		}
+	})
+}
+
+func TestIntReturnsScriptErrors(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		s := New("return redis.error_reply('boom " + redistest.Key(t) + "')")
+		_, err := s.Int(context.Background(), b.Client(t), append(s.Args(1, 1), redistest.Key(t)))
+		if err == nil || !strings.Contains(err.Error(), "boom") {
+			t.Fatalf("got %v, want the script's error", err)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/lock"
+)
+
+// An in-process Redis for the examples; use your own client in real code.
+func exampleClient() (*redis.Client, func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return rdb, func() { rdb.Close(); mr.Close() }
+}
+
+func Example() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+
+	locker, err := lock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	lease, err := locker.TryLock(ctx, "order:42", 10*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	_, err = locker.TryLock(ctx, "order:42", 10*time.Second)
+	fmt.Println("second attempt:", err)
+
+	if err := lease.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("second unlock:", lease.Unlock(ctx))
+	// Output:
+	// second attempt: lock: not obtained
+	// second unlock: lock: not held: "order:42"
+}
+
+func ExampleClient_Lock() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+	locker, _ := lock.New(rdb)
+
+	holder, _ := locker.TryLock(ctx, "report", time.Minute)
+	obtained := make(chan *lock.Lease)
+	go func() {
+		// Waits without polling until the holder releases.
+		lease, err := locker.Lock(ctx, "report", time.Minute)
+		if err != nil {
+			panic(err)
+		}
+		obtained <- lease
+	}()
+	_ = holder.Unlock(ctx)
+	lease := <-obtained
+	fmt.Println("fence grew:", lease.Fence() > holder.Fence())
+	_ = lease.Unlock(ctx)
+
+	// A waiter gives up when its context ends.
+	holder, _ = locker.TryLock(ctx, "report", time.Minute)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err := locker.Lock(short, "report", time.Minute)
+	fmt.Println(errors.Is(err, lock.ErrNotObtained), errors.Is(err, context.DeadlineExceeded))
+	_ = holder.Unlock(ctx)
+	// Output:
+	// fence grew: true
+	// true true
+}
+
+func ExampleAutoRenew() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+	locker, _ := lock.New(rdb)
+
+	// The lease is renewed every TTL/3 while the work runs, however long.
+	lease, err := locker.Lock(ctx, "nightly-export", 3*time.Second, lock.AutoRenew())
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Unlock(context.WithoutCancel(ctx))
+
+	// Run the work under the lease's context: it is cancelled if the lock is
+	// lost, with a cause that says why.
+	work := lease.Context()
+	select {
+	case <-work.Done():
+		fmt.Println("lost:", context.Cause(work))
+	default:
+		fmt.Println("still held")
+	}
+	// Output:
+	// still held
+}
+
+// fencedStore accepts a write only if its fence is at least the highest it
+// has seen, as a SQL "WHERE fence < $1" condition would.
+type fencedStore struct{ highest int64 }
+
+func (s *fencedStore) write(fence int64) error {
+	if fence < s.highest {
+		return errors.New("rejected: stale fence")
+	}
+	s.highest = fence
+	return nil
+}
+
+func ExampleLease_Fence() {
+	mr, _ := miniredis.Run()
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	locker, _ := lock.New(rdb)
+	store := &fencedStore{}
+
+	slow, _ := locker.TryLock(ctx, "sku:moutai", time.Second)
+	mr.FastForward(2 * time.Second) // slow stalls past its lease
+	fast, _ := locker.TryLock(ctx, "sku:moutai", time.Second)
+
+	fmt.Println("fast writes:", store.write(fast.Fence()))
+	fmt.Println("slow writes late:", store.write(slow.Fence()))
+	// Output:
+	// fast writes: <nil>
+	// slow writes late: rejected: stale fence
+}
