@@ -89,17 +89,11 @@ func (c *Client) wait(ctx context.Context, l *Lease, holderTTL time.Duration) (*
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q := c.enqueue(ctx, l.key, w, holderTTL)
 
-	var confirmed <-chan struct{}
-	c.mu.Lock()
-	if w.head && !q.isConfirmed && q.subErr == nil {
-		confirmed = q.confirmed
-	}
-	c.mu.Unlock()
-
 	backoff := time.Duration(0)
 	for {
 		c.mu.Lock()
 		head, now, bound, subErr := w.head, w.attemptNow, w.bound, q.subErr
+		var confirmed <-chan struct{}
 		if head {
 			// Wake-ups sent before this point are accounted for by the
 			// generation; drain them so the wait below sees only new ones.
@@ -111,6 +105,9 @@ func (c *Client) wait(ctx context.Context, l *Lease, holderTTL time.Duration) (*
 				now = true
 			}
 			w.seen, w.attemptNow = q.gen, false
+			if !q.isConfirmed && subErr == nil {
+				confirmed = q.confirmed
+			}
 		}
 		c.mu.Unlock()
 
@@ -124,25 +121,30 @@ func (c *Client) wait(ctx context.Context, l *Lease, holderTTL time.Duration) (*
 			}
 		}
 
-		if !now {
-			if subErr != nil {
-				backoff = nextBackoff(backoff)
-				bound = min(bound, backoff)
+		if subErr != nil {
+			backoff = nextBackoff(backoff)
+			bound = min(bound, backoff)
+		}
+		// A flagged attempt must come after the subscription is in effect,
+		// or the release it asks for could be missed: wait for the
+		// confirmation first (bounded by the holder's lease), then try.
+		// Otherwise, unless told to try now, wait for a wake-up.
+		if confirmed != nil || (!now && bound > 0) {
+			wake := w.wake
+			if confirmed != nil {
+				wake = nil
 			}
-			if bound > 0 || confirmed != nil {
-				timer := time.NewTimer(jitter(bound))
-				select {
-				case <-w.wake:
-				case <-confirmed:
-				case <-timer.C:
-				case <-ctx.Done():
-					timer.Stop()
-					c.leave(q, w, promotion{now: true})
-					return nil, notObtained(ctx.Err())
-				}
+			timer := time.NewTimer(jitter(bound))
+			select {
+			case <-wake:
+			case <-confirmed:
+			case <-timer.C:
+			case <-ctx.Done():
 				timer.Stop()
-				confirmed = nil
+				c.leave(q, w, promotion{now: true})
+				return nil, notObtained(ctx.Err())
 			}
+			timer.Stop()
 		}
 
 		ok, pttl, err := c.attempt(ctx, l, true)
@@ -201,6 +203,7 @@ func (c *Client) enqueue(ctx context.Context, key string, w *waiter, holderTTL t
 	}
 	q = &queue{channel: key + releasedSufix, waiters: []*waiter{w}, confirmed: make(chan struct{})}
 	w.head, w.bound = true, waitBound(holderTTL)
+	w.attemptNow = true // once subscribed: the lock may have been released meanwhile
 	c.queues[key] = q
 	c.nqueues.Add(1)
 	sub := c.sub
