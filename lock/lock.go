@@ -95,7 +95,8 @@ func isNil(v any) bool {
 
 // newLease validates an acquisition and prepares its lease; attempt makes
 // it real. Everything a script call needs is built once here, so that
-// acquiring and releasing allocate as little as possible.
+// acquiring and releasing allocate as little as possible. A context that
+// has already ended fails it with ErrNotObtained.
 func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, opts []LockOption) (*Lease, error) {
 	if err := hashtag.CheckName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -108,6 +109,9 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 		if o != nil {
 			o(&lc)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, notObtained(err)
 	}
 	token, err := newToken()
 	if err != nil {
@@ -154,9 +158,6 @@ func (c *Client) TryLock(ctx context.Context, name string, ttl time.Duration, op
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, notObtained(err)
-	}
 	ok, _, err := c.attempt(ctx, l, false)
 	if err != nil {
 		return nil, err
@@ -181,9 +182,6 @@ func (c *Client) Lock(ctx context.Context, name string, ttl time.Duration, opts 
 	l, err := c.newLease(ctx, name, ttl, opts)
 	if err != nil {
 		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, notObtained(err)
 	}
 	holderTTL := time.Duration(0)
 	if !c.queued(l.key) {

@@ -12,15 +12,21 @@ import (
 	"github.com/surgekit/surge/internal/redistest"
 )
 
-// BenchmarkTryLockUnlock measures one uncontended acquisition and release
-// on a real redis-server: two round trips.
-func BenchmarkTryLockUnlock(b *testing.B) {
+// benchClient returns a Client on the spawned redis-server.
+func benchClient(b *testing.B) *Client {
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.SingleAddr(b)})
-	defer rdb.Close()
+	b.Cleanup(func() { _ = rdb.Close() })
 	c, err := New(rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return c
+}
+
+// BenchmarkTryLockUnlock measures one uncontended acquisition and release
+// on a real redis-server: two round trips.
+func BenchmarkTryLockUnlock(b *testing.B) {
+	c := benchClient(b)
 	ctx := context.Background()
 	var seq atomic.Int64
 	b.Run("serial", func(b *testing.B) {
@@ -59,12 +65,7 @@ func BenchmarkTryLockUnlock(b *testing.B) {
 // BenchmarkLockContended has 16 goroutines take one lock in turn, each
 // holding it for a millisecond, and reports the worst wait.
 func BenchmarkLockContended(b *testing.B) {
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.SingleAddr(b)})
-	defer rdb.Close()
-	c, err := New(rdb)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := benchClient(b)
 	ctx := context.Background()
 	name := fmt.Sprintf("bench:contended:%d", time.Now().UnixNano())
 	var worst atomic.Int64

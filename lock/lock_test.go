@@ -39,6 +39,22 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
+// lockAndUnlock takes the lock in the background (giving up after 30 s)
+// and releases it at once; the channel reports the outcome.
+func lockAndUnlock(c *Client, name string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, name, time.Minute)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
 // expire makes Redis drop the lock as if its lease ran out.
 func expire(t *testing.T, rdb redis.UniversalClient, key string) {
 	t.Helper()
@@ -296,20 +312,12 @@ func TestLockIsWokenByAnotherProcessRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			l, err := waiter.Lock(ctx, name, time.Minute)
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
+		got := lockAndUnlock(waiter, name)
 		// The waiter has subscribed and flagged the holder once it made its
 		// second attempt; after that it sleeps.
+		observer := b.Client(t)
 		waitFor(t, 10*time.Second, "the waiter to flag the holder", func() bool {
-			v, _ := b.Client(t).Get(ctx, held.key).Result()
+			v, _ := observer.Get(ctx, held.key).Result()
 			return v == held.Token()+"+"
 		})
 		if err := held.Unlock(ctx); err != nil {
@@ -798,16 +806,7 @@ func TestWaitersFallBackToPollingWithoutPubSub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			l, err := waiter.Lock(ctx, name, time.Minute)
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
+		got := lockAndUnlock(waiter, name)
 		waitFor(t, 10*time.Second, "the waiter to queue", func() bool {
 			waiter.mu.Lock()
 			defer waiter.mu.Unlock()
