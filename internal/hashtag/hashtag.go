@@ -38,3 +38,28 @@ func CheckName(name string) error {
 	}
 	return nil
 }
+
+// Slots is the number of Redis Cluster hash slots.
+const Slots = 16384
+
+// Slot returns the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
+// tag, or of the whole key when it has no non-empty tag, modulo Slots.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % Slots
+}

@@ -1,6 +1,26 @@
 package hashtag
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func TestSlotMatchesTheCluster(t *testing.T) {
+	rdb := redistest.Open(t, redistest.ClusterB).Client(t)
+	for _, key := range []string{"", "a", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "surge:stock:{sku#3.17}:due", "ünïcode{ß}"} {
+		want, err := rdb.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Slot(key); int64(got) != want {
+			t.Errorf("Slot(%q) = %d, CLUSTER KEYSLOT says %d", key, got, want)
+		}
+	}
+}
 
 // slot is the part of a key Redis Cluster hashes.
 func slot(key string) string {

@@ -98,6 +98,11 @@ func RunReal(t *testing.T, test func(t *testing.T, b *Backend)) {
 	}
 }
 
+// Open returns one backend by name (Mini, Single or ClusterB), for a test
+// that only makes sense there; it skips or fails like Run when the real
+// servers are missing.
+func Open(t *testing.T, name string) *Backend { return open(t, name) }
+
 func open(t *testing.T, name string) *Backend {
 	t.Helper()
 	if name == Mini {

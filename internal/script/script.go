@@ -56,13 +56,35 @@ func (s *Script) ArgsRO(numKeys, n int) []any {
 
 // Int runs the command built with Args and returns its integer reply.
 func (s *Script) Int(ctx context.Context, c Processor, args []any) (int64, error) {
-	cmd := redis.NewIntCmd(ctx, args...)
+	cmd, err := run(ctx, c, s, args, redis.NewIntCmd)
+	return cmd.Val(), err
+}
+
+// Ints runs the command built with Args and returns its reply, an array of
+// integers.
+func (s *Script) Ints(ctx context.Context, c Processor, args []any) ([]int64, error) {
+	cmd, err := run(ctx, c, s, args, redis.NewIntSliceCmd)
+	return cmd.Val(), err
+}
+
+// Values runs the command built with Args and returns its reply, an array
+// whose elements are int64, string, nil or nested []any; read them with type
+// switches, never bare assertions.
+func (s *Script) Values(ctx context.Context, c Processor, args []any) ([]any, error) {
+	cmd, err := run(ctx, c, s, args, redis.NewSliceCmd)
+	return cmd.Val(), err
+}
+
+// run sends args as a command of the type newCmd makes, and sends the
+// script's source instead if the server does not have it cached.
+func run[C redis.Cmder](ctx context.Context, c Processor, s *Script, args []any, newCmd func(context.Context, ...any) C) (C, error) {
+	cmd := newCmd(ctx, args...)
 	err := c.Process(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = redis.NewIntCmd(ctx, s.evalArgs(args)...)
+		cmd = newCmd(ctx, s.evalArgs(args)...)
 		err = c.Process(ctx, cmd)
 	}
-	return cmd.Val(), err
+	return cmd, err
 }
 
 // evalArgs turns an EVALSHA command into the EVAL that sends the source.

@@ -1,0 +1,135 @@
+package stock
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/surgekit/surge/internal/hashtag"
+)
+
+// A bucket is one share of an item's stock and of its buyers, under its own
+// hash tag. Its five keys are boxed once for script arguments.
+type bucket struct {
+	index int
+	keys  [5]any // stock, orders, buyers, due, outbox
+}
+
+// layout is where an item's buckets live.
+type layout struct {
+	n       int
+	buckets []bucket
+}
+
+// slotWindow is how close to its target slot a bucket's tag must hash.
+// Buckets aim at slots spaced Slots/n apart, so on a cluster whose masters
+// own equal ranges of slots (what redis-cli --cluster create does) they
+// land evenly on the masters when n is a multiple of their number. The
+// search costs about Slots/slotWindow CRC16s per bucket, once per item.
+const slotWindow = 32
+
+// layoutFor returns the layout of item with n buckets. Bucket 0's tag is
+// the item name itself, so an item with one bucket has plain keys and a
+// caller that does not yet know n can start there. Layouts with more than
+// one bucket are cached: the search for their tags is not free.
+func (c *Counter) layoutFor(item string, n int) *layout {
+	if n <= 1 {
+		return &layout{n: 1, buckets: []bucket{{index: 0, keys: c.bucketKeys(item)}}}
+	}
+	if v, ok := c.layouts.Load(item); ok {
+		if l := v.(*layout); l.n == n {
+			return l
+		}
+	}
+	l := &layout{n: n, buckets: make([]bucket, n)}
+	s0 := hashtag.Slot(c.prefix + "{" + item + "}")
+	for k := range n {
+		tag := item
+		if k > 0 {
+			tag = bucketTag(c.prefix, item, k, (s0+k*hashtag.Slots/n)%hashtag.Slots)
+		}
+		l.buckets[k] = bucket{index: k, keys: c.bucketKeys(tag)}
+	}
+	c.layouts.Store(item, l)
+	return l
+}
+
+// bucketTag finds the first tag item#k.s whose slot falls within
+// slotWindow of target.
+func bucketTag(prefix, item string, k, target int) string {
+	base := item + "#" + strconv.Itoa(k) + "."
+	for s := 0; ; s++ {
+		tag := base + strconv.Itoa(s)
+		d := (hashtag.Slot(prefix+"{"+tag+"}") - target + hashtag.Slots) % hashtag.Slots
+		if d < slotWindow || s >= 1<<20 {
+			return tag
+		}
+	}
+}
+
+// bucketKeys builds a bucket's five keys in one allocation.
+func (c *Counter) bucketKeys(tag string) [5]any {
+	base := c.prefix + "{" + tag + "}"
+	suffixes := [5]string{"", ":orders", ":buyers", ":due", ":outbox"}
+	var b strings.Builder
+	b.Grow(5*len(base) + 30)
+	for _, s := range suffixes {
+		b.WriteString(base)
+		b.WriteString(s)
+	}
+	all := b.String()
+	var keys [5]any
+	at := 0
+	for i, s := range suffixes {
+		end := at + len(base) + len(s)
+		keys[i] = all[at:end]
+		at = end
+	}
+	return keys
+}
+
+// home returns the index of the buyer's home bucket: where the buyer's
+// orders and per-buyer count live.
+func home(buyer string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(buyer))
+	return int(h.Sum32() % uint32(n))
+}
+
+// forget drops a cached layout that Redis says is stale.
+func (c *Counter) forget(item string) { c.layouts.Delete(item) }
+
+// bucketCount returns the number of buckets last seen for item (1 if
+// unknown: bucket 0 tells the truth on the first call).
+func (c *Counter) bucketCount(item string) int {
+	if v, ok := c.layouts.Load(item); ok {
+		return v.(*layout).n
+	}
+	return 1
+}
+
+// isBucketSuffix reports whether name ends like a bucket tag (#k.s), which
+// an item name must not, or its keys could be another item's bucket.
+func isBucketSuffix(name string) bool {
+	i := strings.LastIndexByte(name, '#')
+	if i < 0 {
+		return false
+	}
+	k, s, ok := strings.Cut(name[i+1:], ".")
+	return ok && isDigits(k) && isDigits(s)
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

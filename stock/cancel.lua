@@ -1,0 +1,39 @@
+-- cancel.lua: give a held order's units back to stock, once. Decided on
+-- the bucket that holds the units, like confirm.lua and the sweep.
+--
+-- KEYS     the bucket's five keys (records.lua)
+-- ARGV[1]  order id
+-- ARGV[2]  buyer
+-- ARGV[3]  the number of buckets the caller routed with
+--
+-- Reply, an array of integers:
+--   {1}            returned (now, or already before)
+--   {-4}           the order is still being reserved
+--   {-9}           no such order for this buyer
+--   {-10, bucket}  this is the buyer's home, the units are in bucket: ask it
+--   {-12}          the order was sold (confirmed) before
+--   {-6, n} / {-7} route again with n buckets / no such item
+local self, limit, _, err = check_bucket(ARGV[3])
+if err then
+  return err
+end
+local order = ARGV[1]
+local v = redis.call('HGET', KEYS[2], order)
+local r = v and decode(v)
+if not r or r.buyer ~= ARGV[2] then
+  return {-9}
+end
+if r.st == CLAIMED then
+  return {-4}
+end
+if r.st == RETURNED then
+  return {1}
+end
+if r.st == SOLD then
+  return {-12}
+end
+if r.stock ~= self then
+  return {-10, r.stock}
+end
+give_back(order, r, self, limit)
+return {1}

@@ -1,0 +1,51 @@
+-- confirm.lua: mark a held order sold (paid). Confirm, cancel and the
+-- sweep decide on the bucket that holds the units, so exactly one of them
+-- wins; a hold whose deadline has passed is returned, not sold.
+--
+-- KEYS     the bucket's five keys (records.lua)
+-- ARGV[1]  order id
+-- ARGV[2]  buyer
+-- ARGV[3]  the number of buckets the caller routed with
+--
+-- Reply, an array of integers:
+--   {1}            sold (now, or already before)
+--   {-4}           the order is still being reserved
+--   {-9}           no such order for this buyer
+--   {-10, bucket}  this is the buyer's home, the units are in bucket: ask it
+--   {-11}          the hold was returned (cancelled or expired) before
+--   {-6, n} / {-7} route again with n buckets / no such item
+local self, limit, _, err = check_bucket(ARGV[3])
+if err then
+  return err
+end
+local order = ARGV[1]
+local v = redis.call('HGET', KEYS[2], order)
+local r = v and decode(v)
+if not r or r.buyer ~= ARGV[2] then
+  return {-9}
+end
+if r.st == CLAIMED then
+  return {-4}
+end
+if r.st == SOLD then
+  return {1}
+end
+if r.st == RETURNED then
+  return {-11}
+end
+if r.stock ~= self then
+  return {-10, r.stock}
+end
+if r.deadline <= now_ms() then
+  give_back(order, r, self, limit)
+  return {-11}
+end
+redis.call('HINCRBY', KEYS[1], 'held', -r.q)
+redis.call('HINCRBY', KEYS[1], 'sold', r.q)
+r.st = SOLD
+redis.call('HSET', KEYS[2], order, encode(r))
+redis.call('ZREM', KEYS[4], order)
+if r.home ~= self then
+  redis.call('RPUSH', KEYS[5], order .. '|' .. r.home .. '|' .. SOLD)
+end
+return {1}

@@ -1,0 +1,116 @@
+// Package stock keeps flash-sale inventory in Redis: it never oversells,
+// never deducts twice for one order, holds units for unpaid orders and
+// gives them back when the hold runs out, and can prove its books balance.
+//
+// # Using it
+//
+//	counter, err := stock.New(rdb)
+//	counter.Create(ctx, "moutai-53", stock.Item{Total: 100, PerBuyer: 1})
+//
+//	r, err := counter.Reserve(ctx, "moutai-53", stock.Order{
+//		ID: orderID, Buyer: userID, Quantity: 1, Hold: 15 * time.Minute,
+//	})
+//	switch {
+//	case errors.Is(err, stock.ErrSoldOut), errors.Is(err, stock.ErrBuyerLimit):
+//		// tell the buyer
+//	case err != nil:
+//		// Redis unreachable: retry with the same order ID, it cannot deduct twice
+//	}
+//	...
+//	err = counter.Confirm(ctx, "moutai-53", orderID, userID) // paid
+//	err = counter.Cancel(ctx, "moutai-53", orderID, userID)  // or not
+//
+// Run Sweep every second or so (from any number of processes) to return
+// holds whose time ran out; Reserve and Confirm also return the expired
+// holds they come across.
+//
+// # Why every step is one script
+//
+// The Moutai oversell checked the stock with GET, compared in the
+// application, and decremented with HINCRBY, under a lock that had expired:
+// two requests read "1 left" and both decremented. Reserve does the whole
+// decision in one Lua script on one bucket: it looks the order up (a
+// retry of an order that got its units is answered with them and deducts
+// nothing, even after the item sold out), checks the buyer's count against
+// the per-buyer limit, checks and deducts the stock, and records the hold
+// with a deadline taken from Redis's clock. Nothing can run between the
+// check and the deduction, so no lock is needed.
+//
+// Confirm, Cancel and the sweep each decide in one script on the bucket
+// that holds the order's units, each only from the held state: exactly one
+// of them ends a hold. A Confirm after the deadline returns the hold
+// instead of selling it and reports ErrReturned, so a late payment is
+// refunded rather than shipped from stock another buyer already got.
+//
+// # Data model
+//
+// An item lives in one or more buckets. Each bucket has five keys under one
+// hash tag (for an item with one bucket the tag is the item's name):
+//
+//	surge:stock:{T}          hash    total, available, held, sold; n (buckets), k (this bucket), limit, exp
+//	surge:stock:{T}:orders   hash    order id -> "state|qty|stock bucket|home bucket|deadline ms|buyer"
+//	surge:stock:{T}:buyers   hash    buyer -> units held, sold or claimed (only with a per-buyer limit)
+//	surge:stock:{T}:due      zset    order id -> deadline ms of a hold (or claim) to end
+//	surge:stock:{T}:outbox   list    "order|home|state": outcomes a home bucket must still apply
+//
+// All five are created by Create with the item's expiry (Item.TTL, 30 days
+// by default) and a placeholder entry each, so that no later script ever
+// creates a key without a TTL. An order's state is H (held), S (sold), R
+// (returned) or P (claimed, see below). In every bucket, at every moment
+// outside a script, available + held + sold == total; Audit checks that and
+// recounts held and sold from the order records.
+//
+// # Hot items: buckets
+//
+// A single hash tag lives on one Redis Cluster node, and a hot item can
+// saturate it. Item.Buckets > 1 splits the stock over that many tags,
+// chosen so that their slots are spaced evenly over the 16384 slots: on a
+// cluster whose masters own equal slot ranges, n buckets land evenly on the
+// masters when n is a multiple of their number. Bucket 0's tag is the
+// item's name; bucket k's is "item#k.s" for a small s found by search.
+//
+// Each buyer has a home bucket (FNV-1a of the buyer modulo n), which keeps
+// the buyer's orders and count, so the per-buyer limit and the order
+// lookup stay atomic. A reservation runs on the home bucket and, while it
+// has stock, is the same single script as without buckets. When the home
+// is empty, the script instead claims the units against the buyer there
+// (state P, with the hold's deadline), the other buckets are asked in turn
+// to hold them (take.lua), and the claim is settled in the home with the
+// bucket that had them, or dropped if none did. Reserve answers ErrSoldOut
+// only after every bucket refused. A retry that arrives while a claim is
+// open gets ErrPending. If the caller dies mid-way, the claim and any
+// units taken end at the deadline like any hold. Confirm and Cancel of
+// such an order decide on the bucket holding the units and then tell the
+// home; the sweep tells the home about holds it returned through the
+// outbox, so a crash cannot lose the news, only delay it (until then the
+// buyer's count stays high, never low).
+//
+// With buckets, the units of one order come from one bucket: an order for
+// q units is refused when no single bucket has q, even if several together
+// do. Levels and Audit read the buckets one after the other, each
+// atomically. Order ids must be unique per item; reuse is detected within
+// a home bucket.
+//
+// # The sold-out cache
+//
+// WithSoldOutCache remembers in the process, for a short TTL, that an item
+// sold out, and answers ErrSoldOut without asking Redis: the crowd still
+// pressing "buy" after the last unit costs nothing. Units that come back
+// through the same Counter clear it at once; others are offered again
+// within the TTL.
+//
+// # What it does not promise
+//
+// Redis replication is asynchronous. If the primary fails over, the new
+// primary may lack the last writes: acknowledged reservations can vanish
+// and their units be sold again. Keep the database of record (the orders
+// table) authoritative and reconcile after a failover: for each order the
+// database has as paid or pending, Reserve it again with its original id
+// (a replay if Redis still has it, a fresh hold if not), Confirm the paid
+// ones, and Cancel holds Redis has that the database does not; then Audit.
+// Units sold twice during the window are visible as Confirm calls the
+// database never recorded.
+//
+// The Counter is safe for concurrent use. Item names must not be empty,
+// start with '}', contain '{' or '}', or end like a bucket tag (#k.s).
+package stock

@@ -1,0 +1,47 @@
+package stock
+
+import "errors"
+
+var (
+	// ErrSoldOut is returned by Reserve when no bucket of the item has the
+	// units asked for.
+	ErrSoldOut = errors.New("stock: sold out")
+
+	// ErrBuyerLimit is returned by Reserve when the order would take the
+	// buyer over the item's per-buyer limit.
+	ErrBuyerLimit = errors.New("stock: over the per-buyer limit")
+
+	// ErrOrderConflict is returned by Reserve when the order id was already
+	// used for another buyer or quantity. A retry with the same buyer and
+	// quantity is not an error: it returns the first reservation with
+	// Replayed set.
+	ErrOrderConflict = errors.New("stock: order id already used for another buyer or quantity")
+
+	// ErrPending is returned when another call is reserving the same order
+	// right now (its units are claimed but not yet held). Retry shortly.
+	ErrPending = errors.New("stock: order is being reserved by another call")
+
+	// ErrUnknownOrder is returned by Confirm and Cancel for an order id the
+	// item has no reservation of for that buyer.
+	ErrUnknownOrder = errors.New("stock: no such order")
+
+	// ErrReturned is returned by Confirm when the hold was already returned
+	// to stock, by Cancel or because its deadline passed: the order must
+	// not be fulfilled (refund it).
+	ErrReturned = errors.New("stock: hold already returned")
+
+	// ErrSold is returned by Cancel when the order was already confirmed.
+	ErrSold = errors.New("stock: order already sold")
+
+	// ErrUnknownItem is returned for an item that does not exist (never
+	// created, deleted, or expired).
+	ErrUnknownItem = errors.New("stock: no such item")
+
+	// ErrItemConflict is returned by Create when the item exists with
+	// another number of buckets or per-buyer limit.
+	ErrItemConflict = errors.New("stock: item exists with other settings")
+
+	// ErrInvalid is wrapped by every error about a bad argument. Such calls
+	// never reach Redis.
+	ErrInvalid = errors.New("stock: invalid argument")
+)

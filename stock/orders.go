@@ -1,0 +1,194 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/surgekit/surge/internal/script"
+)
+
+func checkRef(item, orderID, buyer string) error {
+	if err := checkItem(item); err != nil {
+		return err
+	}
+	if orderID == "" {
+		return fmt.Errorf("%w: empty order id", ErrInvalid)
+	}
+	if buyer == "" {
+		return fmt.Errorf("%w: empty buyer", ErrInvalid)
+	}
+	return nil
+}
+
+// Confirm sells a held order: its units count as sold from now on. It
+// returns ErrReturned if the hold was returned first (cancelled, or its
+// deadline passed: a hold past its deadline is returned now rather than
+// sold), ErrUnknownOrder if the item has no such order for the buyer, and
+// ErrPending while the order is still being reserved. Confirming a sold
+// order again returns nil.
+//
+// Confirm, Cancel and Sweep decide on the bucket that holds the units, in
+// one script each, so exactly one of them wins for an order.
+func (c *Counter) Confirm(ctx context.Context, item, orderID, buyer string) error {
+	return c.finish(ctx, item, orderID, buyer, confirmScript, "S")
+}
+
+// Cancel returns a held order's units to stock, exactly once. It returns
+// ErrSold if the order was confirmed first, ErrUnknownOrder if the item has
+// no such order for the buyer, and ErrPending while the order is still
+// being reserved. Cancelling a returned order again returns nil.
+func (c *Counter) Cancel(ctx context.Context, item, orderID, buyer string) error {
+	err := c.finish(ctx, item, orderID, buyer, cancelScript, "R")
+	if err == nil {
+		c.clearSoldOut(item)
+	}
+	return err
+}
+
+// finish runs confirm.lua or cancel.lua on the buyer's home bucket and, if
+// the units are held in another bucket, there, then applies the outcome in
+// the home.
+func (c *Counter) finish(ctx context.Context, item, orderID, buyer string, s *script.Script, state string) error {
+	if err := checkRef(item, orderID, buyer); err != nil {
+		return err
+	}
+	for range 3 {
+		err := c.finishOnce(ctx, item, orderID, buyer, s, state)
+		if !errors.Is(err, errReroute) {
+			return err
+		}
+	}
+	return fmt.Errorf("stock: %q: the item's buckets keep changing", item)
+}
+
+func (c *Counter) finishOnce(ctx context.Context, item, orderID, buyer string, s *script.Script, state string) error {
+	l := c.layoutFor(item, c.bucketCount(item))
+	h := home(buyer, l.n)
+	run := func(k int) ([]int64, error) {
+		args := append(s.Args(5, 8), l.buckets[k].keys[:]...)
+		return c.call(ctx, item, s, append(args, orderID, buyer, l.n))
+	}
+	res, err := run(h)
+	if err != nil {
+		return err
+	}
+	k := h
+	if res[0] == codeElsewhere && len(res) == 2 && res[1] >= 0 && int(res[1]) < l.n {
+		k = int(res[1])
+		if res, err = run(k); err != nil {
+			return err
+		}
+	}
+	outcome := outcomeErr(res[0], item, orderID)
+	if k != h && (res[0] == 1 || res[0] == codeReturned || res[0] == codeSold) {
+		// Tell the home what the holding bucket decided, then drop the
+		// outbox entry that would have told it later.
+		final := state
+		switch res[0] {
+		case codeReturned:
+			final = "R"
+		case codeSold:
+			final = "S"
+		}
+		if err := c.deliver(ctx, item, l, k, orderID, h, final); err != nil {
+			return errors.Join(outcome, err)
+		}
+	}
+	return outcome
+}
+
+func outcomeErr(code int64, item, orderID string) error {
+	switch code {
+	case 1:
+		return nil
+	case codePending:
+		return fmt.Errorf("%w: %q", ErrPending, orderID)
+	case codeUnknownOrder:
+		return fmt.Errorf("%w: %q in %q", ErrUnknownOrder, orderID, item)
+	case codeReturned:
+		return fmt.Errorf("%w: %q", ErrReturned, orderID)
+	case codeSold:
+		return fmt.Errorf("%w: %q", ErrSold, orderID)
+	}
+	return fmt.Errorf("stock: %q: unexpected reply %d", item, code)
+}
+
+// deliver applies in home bucket h the state that bucket k decided for an
+// order, and removes the matching entry from k's outbox.
+func (c *Counter) deliver(ctx context.Context, item string, l *layout, k int, orderID string, h int, state string) error {
+	args := append(mirrorScript.Args(5, 8), l.buckets[h].keys[:]...)
+	if _, err := c.call(ctx, item, mirrorScript, append(args, orderID, state, l.n)); err != nil {
+		return err
+	}
+	entry := orderID + "|" + strconv.Itoa(h) + "|" + state
+	return c.rdb.Process(ctx, redisLRem(ctx, l.buckets[k].keys[4], entry))
+}
+
+// Sweep returns to stock the units of holds whose deadline has passed, at
+// most max per bucket, and ends claims that were never settled. It returns
+// the number of units put back. Run it periodically (every second, say)
+// from one or many processes: every hold is returned exactly once. Reserve
+// and Confirm also return expired holds they come across, so Sweep mainly
+// bounds how long an expired hold keeps its units from other buyers.
+func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error) {
+	if max <= 0 {
+		return 0, fmt.Errorf("%w: sweep batch %d", ErrInvalid, max)
+	}
+	var units int64
+	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
+		args := append(sweepScript.Args(5, 7), b.keys[:]...)
+		res, err := sweepScript.Values(ctx, c.rdb, append(args, max, l.n))
+		if err != nil {
+			return fmt.Errorf("stock: sweep %q: %w", item, err)
+		}
+		if len(res) < 2 {
+			return fmt.Errorf("stock: sweep %q: unexpected reply %v", item, res)
+		}
+		first, _ := res[0].(int64)
+		switch first {
+		case codeReroute:
+			c.forget(item)
+			return errReroute
+		case codeUnknownItem:
+			return fmt.Errorf("%w: %q", ErrUnknownItem, item)
+		}
+		units += first
+		for _, e := range res[2:] {
+			entry, _ := e.(string)
+			order, h, state, ok := parseOutbox(entry, l.n)
+			if !ok {
+				continue
+			}
+			if err := c.deliver(ctx, item, l, b.index, order, h, state); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if units > 0 {
+		c.clearSoldOut(item)
+	}
+	return units, err
+}
+
+// parseOutbox reads an outbox entry "order|home|state"; the order id may
+// itself contain '|'.
+func parseOutbox(entry string, n int) (order string, home int, state string, ok bool) {
+	i := strings.LastIndexByte(entry, '|')
+	if i < 0 {
+		return "", 0, "", false
+	}
+	state = entry[i+1:]
+	j := strings.LastIndexByte(entry[:i], '|')
+	if j < 0 {
+		return "", 0, "", false
+	}
+	home, err := strconv.Atoi(entry[j+1 : i])
+	if err != nil || home < 0 || home >= n || (state != "S" && state != "R") {
+		return "", 0, "", false
+	}
+	return entry[:j], home, state, true
+}

@@ -1,0 +1,211 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Order is a request for units of an item.
+type Order struct {
+	// ID identifies the order within the item. A retry of the same order
+	// (after a timeout, say) must reuse it: it is what makes Reserve
+	// deduct at most once.
+	ID string
+	// Buyer is who the per-buyer limit counts against.
+	Buyer string
+	// Quantity is the number of units (> 0).
+	Quantity int64
+	// Hold is how long the units stay reserved without Confirm; then they
+	// return to stock. At least a millisecond.
+	Hold time.Duration
+}
+
+// State is where a reserved order stands.
+type State int
+
+const (
+	// Held: the units are reserved until the deadline.
+	Held State = 1
+	// Sold: the order was confirmed.
+	Sold State = 2
+	// Returned: the units went back to stock (cancelled, or the hold ran
+	// out).
+	Returned State = 3
+)
+
+func (s State) String() string {
+	switch s {
+	case Held:
+		return "held"
+	case Sold:
+		return "sold"
+	case Returned:
+		return "returned"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Reservation is the outcome of Reserve.
+type Reservation struct {
+	OrderID  string
+	Quantity int64
+	// State is Held for a new reservation; a replayed one may have been
+	// confirmed or returned since.
+	State State
+	// Deadline is when the hold ends unless confirmed, by Redis's clock.
+	Deadline time.Time
+	// Bucket is the index of the bucket holding the units.
+	Bucket int
+	// Replayed is true when the order had been reserved by an earlier call:
+	// this call deducted nothing and returns that reservation.
+	Replayed bool
+}
+
+func checkOrder(item string, o Order) error {
+	if err := checkItem(item); err != nil {
+		return err
+	}
+	switch {
+	case o.ID == "":
+		return fmt.Errorf("%w: empty order id", ErrInvalid)
+	case o.Buyer == "":
+		return fmt.Errorf("%w: empty buyer", ErrInvalid)
+	case o.Quantity <= 0:
+		return fmt.Errorf("%w: quantity %d", ErrInvalid, o.Quantity)
+	case o.Hold < time.Millisecond:
+		return fmt.Errorf("%w: hold %v is below 1ms", ErrInvalid, o.Hold)
+	}
+	return nil
+}
+
+// Reserve takes o.Quantity units of the item for the order and holds them
+// until o.Hold has passed (by Redis's clock) unless Confirm sells them or
+// Cancel returns them first. It is one atomic step on the buyer's home
+// bucket: a known order is replayed, the per-buyer limit and the stock are
+// checked, the units are deducted and the hold recorded.
+//
+// It returns ErrSoldOut when no bucket has the units, ErrBuyerLimit when
+// the buyer would exceed the per-buyer limit, ErrOrderConflict when the
+// order id was used for another buyer or quantity, and ErrPending when
+// another call is reserving the same order on another bucket right now. A
+// retry of an order that was reserved returns its Reservation with
+// Replayed set and deducts nothing.
+func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservation, error) {
+	if err := checkOrder(item, o); err != nil {
+		return Reservation{}, err
+	}
+	if c.knownSoldOut(item) {
+		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
+	}
+	for range 3 {
+		r, err := c.reserve(ctx, item, o)
+		if !errors.Is(err, errReroute) {
+			return r, err
+		}
+	}
+	return Reservation{}, fmt.Errorf("stock: %q: the item's buckets keep changing", item)
+}
+
+func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservation, error) {
+	l := c.layoutFor(item, c.bucketCount(item))
+	h := home(o.Buyer, l.n)
+	args := append(reserveScript.Args(5, 10), l.buckets[h].keys[:]...)
+	args = append(args, o.ID, o.Buyer, o.Quantity, o.Hold.Milliseconds(), l.n)
+	res, err := c.call(ctx, item, reserveScript, args)
+	if err != nil {
+		return Reservation{}, err
+	}
+	r := Reservation{OrderID: o.ID, Quantity: o.Quantity}
+	switch {
+	case res[0] == codeReserved && len(res) == 3:
+		r.State, r.Deadline, r.Bucket = Held, msTime(res[1]), int(res[2])
+		return r, nil
+	case res[0] == codeReplayed && len(res) == 4:
+		r.Deadline, r.Bucket, r.State, r.Replayed = msTime(res[1]), int(res[2]), State(res[3]), true
+		return r, nil
+	case res[0] == codeEmpty:
+		c.markSoldOut(item)
+		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
+	case res[0] == codeBuyerLimit && len(res) == 2:
+		return Reservation{}, fmt.Errorf("%w: buyer %q has %d", ErrBuyerLimit, o.Buyer, res[1])
+	case res[0] == codeOrderTaken:
+		return Reservation{}, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID)
+	case res[0] == codePending:
+		return Reservation{}, fmt.Errorf("%w: %q", ErrPending, o.ID)
+	case res[0] == codeClaimed && len(res) == 2:
+		return c.reserveElsewhere(ctx, item, l, h, o, res[1])
+	}
+	return Reservation{}, fmt.Errorf("stock: reserve %q: unexpected reply %v", item, res)
+}
+
+// reserveElsewhere finishes a reservation whose home bucket had no stock:
+// the units are claimed against the buyer there until deadline. It asks
+// the other buckets in turn and settles the claim with the first that
+// holds the units, or drops it when none has them.
+func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64) (Reservation, error) {
+	for i := 1; i < l.n; i++ {
+		k := (h + i) % l.n
+		args := append(takeScript.Args(5, 11), l.buckets[k].keys[:]...)
+		args = append(args, o.ID, o.Buyer, o.Quantity, deadline, h, l.n)
+		res, err := c.call(ctx, item, takeScript, args)
+		if err != nil {
+			// The claim ends at its deadline; a hold taken by a lost reply
+			// ends with it.
+			return Reservation{}, err
+		}
+		switch res[0] {
+		case codeEmpty:
+			continue
+		case codeOrderTaken:
+			return Reservation{}, c.dropClaim(ctx, item, l, h, o, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID))
+		case codeClaimOver:
+			return Reservation{}, c.dropClaim(ctx, item, l, h, o, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
+		case codeReserved, codeReplayed:
+			return c.settle(ctx, item, l, h, k, o, deadline)
+		default:
+			return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
+		}
+	}
+	return Reservation{}, c.dropClaim(ctx, item, l, h, o, fmt.Errorf("%w: %q", ErrSoldOut, item))
+}
+
+// settle records in the home bucket that bucket k holds the order's units.
+// If the claim ended meanwhile (its deadline passed and it was swept), the
+// units are given back.
+func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64) (Reservation, error) {
+	args := append(settleScript.Args(5, 8), l.buckets[h].keys[:]...)
+	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n))
+	if err != nil {
+		return Reservation{}, err
+	}
+	switch res[0] {
+	case codeReserved:
+		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: k}, nil
+	case codeClaimOver:
+		// Give back what bucket k holds; its outbox tells the home, which
+		// already released the buyer's allowance.
+		cargs := append(cancelScript.Args(5, 8), l.buckets[k].keys[:]...)
+		if _, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n)); err != nil {
+			return Reservation{}, err
+		}
+		return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
+	}
+	return Reservation{}, fmt.Errorf("stock: settle %q: unexpected reply %v", item, res)
+}
+
+// dropClaim ends the claim in the home bucket, releasing the buyer's
+// allowance, and returns why.
+func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h int, o Order, why error) error {
+	args := append(settleScript.Args(5, 8), l.buckets[h].keys[:]...)
+	if _, err := c.call(ctx, item, settleScript, append(args, o.ID, -1, l.n)); err != nil {
+		return errors.Join(why, err)
+	}
+	if errors.Is(why, ErrSoldOut) {
+		c.markSoldOut(item)
+	}
+	return why
+}
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms) }

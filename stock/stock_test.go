@@ -1,0 +1,498 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+func newCounter(t *testing.T, rdb RedisClient, opts ...Option) *Counter {
+	t.Helper()
+	c, err := New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newItem creates a fresh item and returns its name.
+func newItem(t *testing.T, c *Counter, spec Item) string {
+	t.Helper()
+	item := redistest.Key(t)
+	created, err := c.Create(context.Background(), item, spec)
+	if err != nil || !created {
+		t.Fatalf("Create: %v %v", created, err)
+	}
+	return item
+}
+
+func order(id, buyer string) Order {
+	return Order{ID: id, Buyer: buyer, Quantity: 1, Hold: time.Minute}
+}
+
+// mustAudit fails the test unless the item's books hold, and returns them.
+func mustAudit(t *testing.T, c *Counter, item string) Audit {
+	t.Helper()
+	a, err := c.Audit(context.Background(), item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.OK() {
+		t.Fatalf("audit of %q failed: %v", item, a.Problems)
+	}
+	return a
+}
+
+func wantLevels(t *testing.T, c *Counter, item string, want Levels) {
+	t.Helper()
+	if got := mustAudit(t, c, item).Levels; got != want {
+		t.Fatalf("levels = %+v, want %+v", got, want)
+	}
+}
+
+// waitFor polls cond until it holds or the limit passes: a bounded wait on
+// a condition, for tests where Redis's clock must move on.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCreateIsIdempotentAndKeepsTheStock(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newCounter(t, b.Client(t))
+		item := newItem(t, c, Item{Total: 10, PerBuyer: 2})
+		if _, err := c.Reserve(ctx, item, order("o1", "alice")); err != nil {
+			t.Fatal(err)
+		}
+		created, err := c.Create(ctx, item, Item{Total: 10, PerBuyer: 2})
+		if err != nil || created {
+			t.Fatalf("second Create: created=%v err=%v, want false, nil", created, err)
+		}
+		wantLevels(t, c, item, Levels{Total: 10, Available: 9, Held: 1})
+		if _, err := c.Create(ctx, item, Item{Total: 10, PerBuyer: 3}); !errors.Is(err, ErrItemConflict) {
+			t.Fatalf("Create with another limit: %v, want ErrItemConflict", err)
+		}
+		if _, err := c.Create(ctx, item, Item{Total: 10, PerBuyer: 2, Buckets: 4}); !errors.Is(err, ErrItemConflict) {
+			t.Fatalf("Create with other buckets: %v, want ErrItemConflict", err)
+		}
+	})
+}
+
+func TestItemKeysAreBornWithTheirTTL(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item := newItem(t, c, Item{Total: 5, PerBuyer: 1, Buckets: 3, TTL: time.Hour})
+		if _, err := c.Reserve(ctx, item, order("o1", "alice")); err != nil {
+			t.Fatal(err)
+		}
+		l := c.layoutFor(item, 3)
+		for _, bk := range l.buckets {
+			for _, key := range bk.keys {
+				pttl, err := rdb.PTTL(ctx, key.(string)).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pttl <= 0 || pttl > time.Hour {
+					t.Errorf("%s: PTTL %v, want within (0, 1h]", key, pttl)
+				}
+			}
+		}
+	})
+}
+
+func TestReserveDeductsOnceAndReplaysRetries(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newCounter(t, b.Client(t))
+		item := newItem(t, c, Item{Total: 3})
+		o := Order{ID: "o1", Buyer: "alice", Quantity: 2, Hold: time.Minute}
+		first, err := c.Reserve(ctx, item, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Replayed || first.State != Held || first.Quantity != 2 {
+			t.Fatalf("first reservation %+v", first)
+		}
+		for range 3 {
+			again, err := c.Reserve(ctx, item, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !again.Replayed || !again.Deadline.Equal(first.Deadline) || again.State != Held {
+				t.Fatalf("retry %+v, want the first reservation %+v replayed", again, first)
+			}
+		}
+		wantLevels(t, c, item, Levels{Total: 3, Available: 1, Held: 2})
+
+		if _, err := c.Reserve(ctx, item, Order{ID: "o1", Buyer: "bob", Quantity: 2, Hold: time.Minute}); !errors.Is(err, ErrOrderConflict) {
+			t.Fatalf("same id, other buyer: %v, want ErrOrderConflict", err)
+		}
+		if _, err := c.Reserve(ctx, item, Order{ID: "o1", Buyer: "alice", Quantity: 1, Hold: time.Minute}); !errors.Is(err, ErrOrderConflict) {
+			t.Fatalf("same id, other quantity: %v, want ErrOrderConflict", err)
+		}
+		// A retry after the item sold out still gets its reservation.
+		if _, err := c.Reserve(ctx, item, order("o2", "bob")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("o3", "carol")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("over the stock: %v, want ErrSoldOut", err)
+		}
+		if r, err := c.Reserve(ctx, item, o); err != nil || !r.Replayed {
+			t.Fatalf("retry after sell-out: %+v %v", r, err)
+		}
+		wantLevels(t, c, item, Levels{Total: 3, Available: 0, Held: 3})
+	})
+}
+
+func TestPerBuyerLimit(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newCounter(t, b.Client(t))
+		item := newItem(t, c, Item{Total: 10, PerBuyer: 1})
+		if _, err := c.Reserve(ctx, item, order("o1", "alice")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("o2", "alice")); !errors.Is(err, ErrBuyerLimit) {
+			t.Fatalf("second bottle for alice: %v, want ErrBuyerLimit", err)
+		}
+		if _, err := c.Reserve(ctx, item, Order{ID: "o3", Buyer: "bob", Quantity: 2, Hold: time.Minute}); !errors.Is(err, ErrBuyerLimit) {
+			t.Fatalf("two bottles at once: %v, want ErrBuyerLimit", err)
+		}
+		// Returned units no longer count.
+		if err := c.Cancel(ctx, item, "o1", "alice"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("o4", "alice")); err != nil {
+			t.Fatalf("after cancelling, alice buys again: %v", err)
+		}
+		// Sold units do.
+		if err := c.Confirm(ctx, item, "o4", "alice"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("o5", "alice")); !errors.Is(err, ErrBuyerLimit) {
+			t.Fatalf("after buying one: %v, want ErrBuyerLimit", err)
+		}
+		mustAudit(t, c, item)
+	})
+}
+
+func TestConfirmCancelAndTheirRetries(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newCounter(t, b.Client(t))
+		item := newItem(t, c, Item{Total: 5})
+		for _, id := range []string{"paid", "dropped"} {
+			if _, err := c.Reserve(ctx, item, order(id, "alice")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 {
+			if err := c.Confirm(ctx, item, "paid", "alice"); err != nil {
+				t.Fatalf("Confirm: %v", err)
+			}
+			if err := c.Cancel(ctx, item, "dropped", "alice"); err != nil {
+				t.Fatalf("Cancel: %v", err)
+			}
+		}
+		if err := c.Cancel(ctx, item, "paid", "alice"); !errors.Is(err, ErrSold) {
+			t.Fatalf("Cancel of a sold order: %v, want ErrSold", err)
+		}
+		if err := c.Confirm(ctx, item, "dropped", "alice"); !errors.Is(err, ErrReturned) {
+			t.Fatalf("Confirm of a returned order: %v, want ErrReturned", err)
+		}
+		if err := c.Confirm(ctx, item, "nope", "alice"); !errors.Is(err, ErrUnknownOrder) {
+			t.Fatalf("Confirm of an unknown order: %v, want ErrUnknownOrder", err)
+		}
+		if err := c.Confirm(ctx, item, "paid", "mallory"); !errors.Is(err, ErrUnknownOrder) {
+			t.Fatalf("Confirm of another buyer's order: %v, want ErrUnknownOrder", err)
+		}
+		if r, err := c.Reserve(ctx, item, order("dropped", "alice")); err != nil || !r.Replayed || r.State != Returned {
+			t.Fatalf("retry of a returned order: %+v %v, want it replayed as returned", r, err)
+		}
+		wantLevels(t, c, item, Levels{Total: 5, Available: 4, Sold: 1})
+	})
+}
+
+func TestExpiredHoldsComeBack(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item := newItem(t, c, Item{Total: 3, PerBuyer: 1})
+		short := func(id, buyer string) Order {
+			return Order{ID: id, Buyer: buyer, Quantity: 1, Hold: 100 * time.Millisecond}
+		}
+		var deadline time.Time
+		for _, o := range []Order{short("late-payer", "alice"), short("no-payer", "bob"), short("swept", "carol")} {
+			r, err := c.Reserve(ctx, item, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline = r.Deadline
+		}
+		if _, err := c.Reserve(ctx, item, order("d", "dave")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("%v, want ErrSoldOut while all is held", err)
+		}
+		// Wait for Redis's clock to pass the deadlines.
+		waitFor(t, 5*time.Second, "Redis's clock to pass the deadlines", func() bool {
+			now, err := rdb.Time(ctx).Result()
+			return err == nil && now.After(deadline)
+		})
+		if err := c.Confirm(ctx, item, "late-payer", "alice"); !errors.Is(err, ErrReturned) {
+			t.Fatalf("Confirm after the deadline: %v, want ErrReturned", err)
+		}
+		n, err := c.Sweep(ctx, item, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 2 {
+			t.Fatalf("Sweep returned %d units, want 2 (one was returned by the late Confirm)", n)
+		}
+		if n, _ := c.Sweep(ctx, item, 10); n != 0 {
+			t.Fatalf("a second Sweep returned %d units", n)
+		}
+		wantLevels(t, c, item, Levels{Total: 3, Available: 3})
+		// Their buyers may buy again.
+		if _, err := c.Reserve(ctx, item, order("again", "bob")); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestReserveReturnsExpiredHoldsItFinds(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newCounter(t, b.Client(t))
+		item := newItem(t, c, Item{Total: 1})
+		if _, err := c.Reserve(ctx, item, Order{ID: "o1", Buyer: "alice", Quantity: 1, Hold: 50 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		// No Sweep runs: the next reservation after the deadline gets the unit.
+		waitFor(t, 5*time.Second, "the hold to expire", func() bool {
+			_, err := c.Reserve(ctx, item, order("o2", "bob"))
+			if err != nil && !errors.Is(err, ErrSoldOut) {
+				t.Fatal(err)
+			}
+			return err == nil
+		})
+		wantLevels(t, c, item, Levels{Total: 1, Available: 0, Held: 1})
+	})
+}
+
+func TestRestockAndDelete(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newCounter(t, b.Client(t))
+		for _, buckets := range []int{1, 3} {
+			item := newItem(t, c, Item{Total: 1, Buckets: buckets})
+			if err := c.Restock(ctx, item, 7); err != nil {
+				t.Fatal(err)
+			}
+			wantLevels(t, c, item, Levels{Total: 8, Available: 8})
+			if err := c.Delete(ctx, item); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Levels(ctx, item); !errors.Is(err, ErrUnknownItem) {
+				t.Fatalf("Levels after Delete: %v, want ErrUnknownItem", err)
+			}
+			if _, err := c.Reserve(ctx, item, order("o", "alice")); !errors.Is(err, ErrUnknownItem) {
+				t.Fatalf("Reserve after Delete: %v, want ErrUnknownItem", err)
+			}
+		}
+	})
+}
+
+func TestInvalidInputNeverReachesRedis(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		seen := f.On(redistest.Any())
+		ok := Order{ID: "o", Buyer: "b", Quantity: 1, Hold: time.Second}
+		for name, o := range map[string]Order{
+			"empty id":      {Buyer: "b", Quantity: 1, Hold: time.Second},
+			"empty buyer":   {ID: "o", Quantity: 1, Hold: time.Second},
+			"zero quantity": {ID: "o", Buyer: "b", Hold: time.Second},
+			"negative qty":  {ID: "o", Buyer: "b", Quantity: -1, Hold: time.Second},
+			"zero hold":     {ID: "o", Buyer: "b", Quantity: 1},
+			"tiny hold":     {ID: "o", Buyer: "b", Quantity: 1, Hold: time.Microsecond},
+		} {
+			if _, err := c.Reserve(ctx, "item", o); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Reserve with %s: %v, want ErrInvalid", name, err)
+			}
+		}
+		for _, item := range []string{"", "}x", "a{b}", "sku#1.2"} {
+			if _, err := c.Reserve(ctx, item, ok); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Reserve on item %q: %v, want ErrInvalid", item, err)
+			}
+		}
+		for name, spec := range map[string]Item{
+			"negative total": {Total: -1},
+			"negative limit": {Total: 1, PerBuyer: -1},
+			"too many":       {Total: 1, Buckets: MaxBuckets + 1},
+			"negative ttl":   {Total: 1, TTL: -time.Second},
+		} {
+			if _, err := c.Create(ctx, "item", spec); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Create with %s: %v, want ErrInvalid", name, err)
+			}
+		}
+		if err := c.Confirm(ctx, "item", "", "b"); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Confirm with empty id: %v", err)
+		}
+		if err := c.Cancel(ctx, "item", "o", ""); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Cancel with empty buyer: %v", err)
+		}
+		if err := c.Restock(ctx, "item", 0); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Restock of 0: %v", err)
+		}
+		if _, err := c.Sweep(ctx, "item", 0); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Sweep of 0: %v", err)
+		}
+		if n := seen.Hits(); n != 0 {
+			t.Fatalf("%d commands reached Redis for invalid input", n)
+		}
+	})
+}
+
+func TestNeverOversellsUnderContention(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, buckets := range []int{1, 4} {
+			t.Run(fmt.Sprintf("buckets=%d", buckets), func(t *testing.T) {
+				ctx := context.Background()
+				c := newCounter(t, b.Client(t))
+				const total, buyers = 100, 1000
+				item := newItem(t, c, Item{Total: total, PerBuyer: 1, Buckets: buckets})
+				var got, soldOut atomic.Int64
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for i := range buyers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						_, err := c.Reserve(ctx, item, order(fmt.Sprintf("o%d", i), fmt.Sprintf("buyer%d", i)))
+						switch {
+						case err == nil:
+							got.Add(1)
+						case errors.Is(err, ErrSoldOut):
+							soldOut.Add(1)
+						default:
+							t.Error(err)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				if got.Load() != total || soldOut.Load() != buyers-total {
+					t.Fatalf("%d reserved, %d sold out; want exactly %d and %d", got.Load(), soldOut.Load(), total, buyers-total)
+				}
+				wantLevels(t, c, item, Levels{Total: total, Held: total})
+			})
+		}
+	})
+}
+
+func TestConcurrentRetriesOfOneOrderDeductOnce(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, buckets := range []int{1, 3} {
+			t.Run(fmt.Sprintf("buckets=%d", buckets), func(t *testing.T) {
+				ctx := context.Background()
+				c := newCounter(t, b.Client(t))
+				item := newItem(t, c, Item{Total: 6, PerBuyer: 2, Buckets: buckets})
+				// Empty the buyer's home bucket (two units each) so that the
+				// order must come from another one, the two-step path, when
+				// there are buckets.
+				h := home("alice", buckets)
+				for i, filled := 0, 0; buckets > 1 && filled < 2; i++ {
+					buyer := fmt.Sprintf("filler%d", i)
+					if home(buyer, buckets) != h {
+						continue
+					}
+					if _, err := c.Reserve(ctx, item, order("f"+buyer, buyer)); err != nil {
+						t.Fatal(err)
+					}
+					filled++
+				}
+				before := mustAudit(t, c, item)
+				o := Order{ID: "retried", Buyer: "alice", Quantity: 2, Hold: time.Minute}
+				var reserved, replayed, pending atomic.Int64
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for range 16 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						r, err := c.Reserve(ctx, item, o)
+						switch {
+						case err == nil && r.Replayed:
+							replayed.Add(1)
+						case err == nil:
+							reserved.Add(1)
+						case errors.Is(err, ErrPending):
+							pending.Add(1)
+						default:
+							t.Error(err)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				if reserved.Load() != 1 {
+					t.Fatalf("%d calls reserved the order (%d replayed, %d pending); want exactly 1", reserved.Load(), replayed.Load(), pending.Load())
+				}
+				after := mustAudit(t, c, item)
+				if after.Held-before.Held != 2 {
+					t.Fatalf("held went from %d to %d: the order deducted %d units, want 2", before.Held, after.Held, after.Held-before.Held)
+				}
+			})
+		}
+	})
+}
+
+func TestSoldOutCacheSparesRedis(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		item := newItem(t, c, Item{Total: 1})
+		if _, err := c.Reserve(ctx, item, order("o1", "alice")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("o2", "bob")); !errors.Is(err, ErrSoldOut) {
+			t.Fatal(err)
+		}
+		calls := f.On(redistest.Any())
+		for range 100 {
+			if _, err := c.Reserve(ctx, item, order("o3", "carol")); !errors.Is(err, ErrSoldOut) {
+				t.Fatal(err)
+			}
+		}
+		if n := calls.Hits(); n != 0 {
+			t.Fatalf("%d commands sent while the item was known to be sold out", n)
+		}
+		// A unit coming back through this Counter is offered at once.
+		if err := c.Cancel(ctx, item, "o1", "alice"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("o3", "carol")); err != nil {
+			t.Fatalf("after a cancel: %v", err)
+		}
+	})
+}
