@@ -9,10 +9,10 @@ import (
 )
 
 // A bucket is one share of an item's stock and of its buyers, under its own
-// hash tag. Its five keys are boxed once for script arguments.
+// hash tag. Its three keys are boxed once for script arguments.
 type bucket struct {
 	index int
-	keys  [5]any // stock, orders, buyers, due, outbox
+	keys  [3]any // bucket hash, due zset, outbox list
 }
 
 // layout is where an item's buckets live.
@@ -67,18 +67,18 @@ func bucketTag(prefix, item string, k, target int) string {
 	}
 }
 
-// bucketKeys builds a bucket's five keys in one allocation.
-func (c *Counter) bucketKeys(tag string) [5]any {
+// bucketKeys builds a bucket's three keys in one allocation.
+func (c *Counter) bucketKeys(tag string) [3]any {
 	base := c.prefix + "{" + tag + "}"
-	suffixes := [5]string{"", ":orders", ":buyers", ":due", ":outbox"}
+	suffixes := [3]string{"", ":due", ":outbox"}
 	var b strings.Builder
-	b.Grow(5*len(base) + 30)
+	b.Grow(3*len(base) + 11)
 	for _, s := range suffixes {
 		b.WriteString(base)
 		b.WriteString(s)
 	}
 	all := b.String()
-	var keys [5]any
+	var keys [3]any
 	at := 0
 	for i, s := range suffixes {
 		end := at + len(base) + len(s)

@@ -141,7 +141,7 @@ func TestAClaimNeverSettledEndsAtItsDeadline(t *testing.T) {
 		}
 		alice := buyerHomedAt(0, n, "alice")
 		l := c.layoutFor(item, n)
-		args := append(reserveScript.Args(5, 10), l.buckets[0].keys[:]...)
+		args := append(reserveScript.Args(3, 8), l.buckets[0].keys[:]...)
 		res, err := reserveScript.Ints(ctx, rdb, append(args, "a1", alice, 1, 50, n))
 		if err != nil || len(res) != 2 || res[0] != codeClaimed {
 			t.Fatalf("claim: %v %v", res, err)

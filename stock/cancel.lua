@@ -1,7 +1,7 @@
 -- cancel.lua: give a held order's units back to stock, once. Decided on
 -- the bucket that holds the units, like confirm.lua and the sweep.
 --
--- KEYS     the bucket's five keys (records.lua)
+-- KEYS     the bucket's three keys (records.lua)
 -- ARGV[1]  order id
 -- ARGV[2]  buyer
 -- ARGV[3]  the number of buckets the caller routed with
@@ -13,27 +13,27 @@
 --   {-10, bucket}  this is the buyer's home, the units are in bucket: ask it
 --   {-12}          the order was sold (confirmed) before
 --   {-6, n} / {-7} route again with n buckets / no such item
-local self, limit, _, err = check_bucket(ARGV[3])
+local R = records()
+local self, limit, _, err = R.check_bucket(ARGV[3])
 if err then
   return err
 end
 local order = ARGV[1]
-local v = redis.call('HGET', KEYS[2], order)
-local r = v and decode(v)
+local r = R.record(order)
 if not r or r.buyer ~= ARGV[2] then
   return {-9}
 end
-if r.st == CLAIMED then
+if r.st == R.CLAIMED then
   return {-4}
 end
-if r.st == RETURNED then
+if r.st == R.RETURNED then
   return {1}
 end
-if r.st == SOLD then
+if r.st == R.SOLD then
   return {-12}
 end
 if r.stock ~= self then
   return {-10, r.stock}
 end
-give_back(order, r, self, limit)
+R.give_back(order, r, self, limit)
 return {1}

@@ -2,7 +2,7 @@
 -- sweep decide on the bucket that holds the units, so exactly one of them
 -- wins; a hold whose deadline has passed is returned, not sold.
 --
--- KEYS     the bucket's five keys (records.lua)
+-- KEYS     the bucket's three keys (records.lua)
 -- ARGV[1]  order id
 -- ARGV[2]  buyer
 -- ARGV[3]  the number of buckets the caller routed with
@@ -14,38 +14,38 @@
 --   {-10, bucket}  this is the buyer's home, the units are in bucket: ask it
 --   {-11}          the hold was returned (cancelled or expired) before
 --   {-6, n} / {-7} route again with n buckets / no such item
-local self, limit, _, err = check_bucket(ARGV[3])
+local R = records()
+local self, limit, _, err = R.check_bucket(ARGV[3])
 if err then
   return err
 end
 local order = ARGV[1]
-local v = redis.call('HGET', KEYS[2], order)
-local r = v and decode(v)
+local r = R.record(order)
 if not r or r.buyer ~= ARGV[2] then
   return {-9}
 end
-if r.st == CLAIMED then
+if r.st == R.CLAIMED then
   return {-4}
 end
-if r.st == SOLD then
+if r.st == R.SOLD then
   return {1}
 end
-if r.st == RETURNED then
+if r.st == R.RETURNED then
   return {-11}
 end
 if r.stock ~= self then
   return {-10, r.stock}
 end
-if r.deadline <= now_ms() then
-  give_back(order, r, self, limit)
+if r.deadline <= R.now_ms() then
+  R.give_back(order, r, self, limit)
   return {-11}
 end
+r.st = R.SOLD
 redis.call('HINCRBY', KEYS[1], 'held', -r.q)
 redis.call('HINCRBY', KEYS[1], 'sold', r.q)
-r.st = SOLD
-redis.call('HSET', KEYS[2], order, encode(r))
-redis.call('ZREM', KEYS[4], order)
+redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
+redis.call('ZREM', KEYS[2], order)
 if r.home ~= self then
-  redis.call('RPUSH', KEYS[5], order .. '|' .. r.home .. '|' .. SOLD)
+  redis.call('RPUSH', KEYS[3], order .. '|' .. r.home .. '|' .. R.SOLD)
 end
 return {1}

@@ -1,6 +1,6 @@
 -- create.lua: create one bucket of an item if it does not exist.
 --
--- KEYS     the bucket's five keys (records.lua)
+-- KEYS     the bucket's three keys (records.lua)
 -- ARGV[1]  this bucket's units
 -- ARGV[2]  n, the item's number of buckets
 -- ARGV[3]  k, this bucket's index
@@ -12,9 +12,10 @@
 -- Reply: {1, expiry} created; {0, expiry} it exists with these settings;
 -- {-1} it exists with other settings.
 --
--- All five keys are created here, with the expiry, each holding one empty
--- placeholder entry, so that no later script creates a key (and none can
--- exist without its TTL). Scripts skip the placeholders.
+-- All three keys are created here, with the expiry; the list and the zset
+-- hold one empty placeholder each so that they exist, and no later script
+-- ever creates a key (or one without its TTL). Scripts skip the
+-- placeholders.
 local s = redis.call('HMGET', KEYS[1], 'n', 'k', 'limit', 'exp')
 if s[1] then
   if s[1] == ARGV[2] and s[2] == ARGV[3] and s[3] == ARGV[4] then
@@ -24,15 +25,13 @@ if s[1] then
 end
 local exp = tonumber(ARGV[6])
 if exp == 0 then
-  exp = now_ms() + tonumber(ARGV[5])
+  exp = records().now_ms() + tonumber(ARGV[5])
 end
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'available', ARGV[1], 'held', 0, 'sold', 0,
   'n', ARGV[2], 'k', ARGV[3], 'limit', ARGV[4], 'exp', string.format('%d', exp))
-redis.call('HSET', KEYS[2], '', '')
-redis.call('HSET', KEYS[3], '', 0)
-redis.call('ZADD', KEYS[4], '+inf', '')
-redis.call('RPUSH', KEYS[5], '')
-for i = 1, 5 do
+redis.call('ZADD', KEYS[2], '+inf', '')
+redis.call('RPUSH', KEYS[3], '')
+for i = 1, 3 do
   redis.call('PEXPIREAT', KEYS[i], exp)
 end
 return {1, exp}

@@ -2,26 +2,26 @@
 -- an order's units decided (sold or returned), and release the buyer's
 -- allowance for returned units. Repeating it changes nothing.
 --
--- KEYS     the home bucket's five keys (records.lua)
+-- KEYS     the home bucket's three keys (records.lua)
 -- ARGV[1]  order id
 -- ARGV[2]  the new state: S or R
 -- ARGV[3]  the number of buckets the caller routed with
 --
 -- Reply: {1} applied; {0} nothing to do (already applied, or not an order
 -- of this home held elsewhere); {-6, n} / {-7} as elsewhere.
-local self, limit, _, err = check_bucket(ARGV[3])
+local R = records()
+local self, limit, _, err = R.check_bucket(ARGV[3])
 if err then
   return err
 end
 local order, state = ARGV[1], ARGV[2]
-local v = redis.call('HGET', KEYS[2], order)
-local r = v and decode(v)
-if not r or r.home ~= self or r.stock == self or r.st ~= HELD then
+local r = R.record(order)
+if not r or r.home ~= self or r.stock == self or r.st ~= R.HELD then
   return {0}
 end
 r.st = state
-redis.call('HSET', KEYS[2], order, encode(r))
-if state == RETURNED then
-  release_buyer(limit, r.buyer, r.q)
+redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
+if state == R.RETURNED then
+  R.release_buyer(limit, r.buyer, r.q)
 end
 return {1}

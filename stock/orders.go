@@ -68,7 +68,7 @@ func (c *Counter) finishOnce(ctx context.Context, item, orderID, buyer string, s
 	l := c.layoutFor(item, c.bucketCount(item))
 	h := home(buyer, l.n)
 	run := func(k int) ([]int64, error) {
-		args := append(s.Args(5, 8), l.buckets[k].keys[:]...)
+		args := append(s.Args(3, 6), l.buckets[k].keys[:]...)
 		return c.call(ctx, item, s, append(args, orderID, buyer, l.n))
 	}
 	res, err := run(h)
@@ -119,12 +119,12 @@ func outcomeErr(code int64, item, orderID string) error {
 // deliver applies in home bucket h the state that bucket k decided for an
 // order, and removes the matching entry from k's outbox.
 func (c *Counter) deliver(ctx context.Context, item string, l *layout, k int, orderID string, h int, state string) error {
-	args := append(mirrorScript.Args(5, 8), l.buckets[h].keys[:]...)
+	args := append(mirrorScript.Args(3, 6), l.buckets[h].keys[:]...)
 	if _, err := c.call(ctx, item, mirrorScript, append(args, orderID, state, l.n)); err != nil {
 		return err
 	}
 	entry := orderID + "|" + strconv.Itoa(h) + "|" + state
-	return c.rdb.Process(ctx, redisLRem(ctx, l.buckets[k].keys[4], entry))
+	return c.rdb.Process(ctx, redisLRem(ctx, l.buckets[k].keys[2], entry))
 }
 
 // Sweep returns to stock the units of holds whose deadline has passed, at
@@ -139,7 +139,7 @@ func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error
 	}
 	var units int64
 	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
-		args := append(sweepScript.Args(5, 7), b.keys[:]...)
+		args := append(sweepScript.Args(3, 5), b.keys[:]...)
 		res, err := sweepScript.Values(ctx, c.rdb, append(args, max, l.n))
 		if err != nil {
 			return fmt.Errorf("stock: sweep %q: %w", item, err)

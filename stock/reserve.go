@@ -111,7 +111,7 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservation, error) {
 	l := c.layoutFor(item, c.bucketCount(item))
 	h := home(o.Buyer, l.n)
-	args := append(reserveScript.Args(5, 10), l.buckets[h].keys[:]...)
+	args := append(reserveScript.Args(3, 8), l.buckets[h].keys[:]...)
 	args = append(args, o.ID, o.Buyer, o.Quantity, o.Hold.Milliseconds(), l.n)
 	res, err := c.call(ctx, item, reserveScript, args)
 	if err != nil {
@@ -147,7 +147,7 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64) (Reservation, error) {
 	for i := 1; i < l.n; i++ {
 		k := (h + i) % l.n
-		args := append(takeScript.Args(5, 11), l.buckets[k].keys[:]...)
+		args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
 		args = append(args, o.ID, o.Buyer, o.Quantity, deadline, h, l.n)
 		res, err := c.call(ctx, item, takeScript, args)
 		if err != nil {
@@ -175,7 +175,7 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 // If the claim ended meanwhile (its deadline passed and it was swept), the
 // units are given back.
 func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64) (Reservation, error) {
-	args := append(settleScript.Args(5, 8), l.buckets[h].keys[:]...)
+	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
 	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n))
 	if err != nil {
 		return Reservation{}, err
@@ -186,7 +186,7 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 	case codeClaimOver:
 		// Give back what bucket k holds; its outbox tells the home, which
 		// already released the buyer's allowance.
-		cargs := append(cancelScript.Args(5, 8), l.buckets[k].keys[:]...)
+		cargs := append(cancelScript.Args(3, 6), l.buckets[k].keys[:]...)
 		if _, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n)); err != nil {
 			return Reservation{}, err
 		}
@@ -198,7 +198,7 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 // dropClaim ends the claim in the home bucket, releasing the buyer's
 // allowance, and returns why.
 func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h int, o Order, why error) error {
-	args := append(settleScript.Args(5, 8), l.buckets[h].keys[:]...)
+	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
 	if _, err := c.call(ctx, item, settleScript, append(args, o.ID, -1, l.n)); err != nil {
 		return errors.Join(why, err)
 	}

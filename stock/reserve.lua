@@ -2,7 +2,7 @@
 -- bucket, in one step: replay a known order, check the per-buyer limit,
 -- check the stock, deduct, and hold the units until a deadline.
 --
--- KEYS     the bucket's five keys (records.lua)
+-- KEYS     the bucket's three keys (records.lua)
 -- ARGV[1]  order id
 -- ARGV[2]  buyer
 -- ARGV[3]  quantity (> 0)
@@ -27,65 +27,69 @@
 --   {-6, n} / {-7}                route again with n buckets / no such item
 --
 -- The order record is checked first, so a retry of an order that got its
--- units is answered with them even when the item has sold out since.
-local self, limit, c, err = check_bucket(ARGV[5], 'available', 'held')
-if err then
-  return err
-end
+-- units is answered with them even when the item has sold out since. The
+-- common path is four calls (HMGET, TIME, HSET, ZADD) and builds none of
+-- the records.lua helpers.
 local order, buyer, q = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local s = redis.call('HMGET', KEYS[1], 'n', 'k', 'limit', 'available', 'held', 'o:' .. order, 'b:' .. buyer)
+if not s[1] then
+  return {-7}
+end
+if s[1] ~= ARGV[5] then
+  return {-6, tonumber(s[1])}
+end
 
-local v = redis.call('HGET', KEYS[2], order)
-if v then
-  local r = decode(v)
+if s[6] then
+  local R = records()
+  local r = R.decode(s[6])
   if r.buyer ~= buyer or r.q ~= q then
     return {-3}
   end
-  if r.st == CLAIMED then
+  if r.st == R.CLAIMED then
     return {-4}
   end
-  return {2, r.deadline, r.stock, STATE_CODE[r.st]}
+  return {2, r.deadline, r.stock, R.STATE_CODE[r.st]}
 end
 
-if limit > 0 then
-  local used = tonumber(redis.call('HGET', KEYS[3], buyer)) or 0
-  if used + q > limit then
-    return {-2, used}
-  end
-end
-
-local available, held = tonumber(c[1]), tonumber(c[2])
-local now = now_ms()
-if available < q and held > 0 then
+local self, limit = tonumber(s[2]), tonumber(s[3])
+local available, held, used = tonumber(s[4]), tonumber(s[5]), tonumber(s[7]) or 0
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if held > 0 and (available < q or (limit > 0 and used + q > limit)) then
   -- Holds that ran out count as held until swept. Sweep a few here, so
-  -- their units come back without waiting for Sweep.
-  if sweep(now, 16, self, limit) > 0 then
-    c = redis.call('HMGET', KEYS[1], 'available', 'held')
-    available, held = tonumber(c[1]), tonumber(c[2])
+  -- their units (and their buyers' allowances) come back without waiting
+  -- for Sweep.
+  local units, claims = records().sweep(now, 16, self, limit)
+  if units + claims > 0 then
+    s = redis.call('HMGET', KEYS[1], 'available', 'held', 'b:' .. buyer)
+    available, held, used = tonumber(s[1]), tonumber(s[2]), tonumber(s[3]) or 0
   end
+end
+if limit > 0 and used + q > limit then
+  return {-2, used}
 end
 
 local deadline = now + tonumber(ARGV[4])
+local state, stock = 'H', self
 if available >= q then
-  redis.call('HSET', KEYS[1], 'available', available - q, 'held', held + q)
-  redis.call('HSET', KEYS[2], order, encode({st = HELD, q = q, stock = self, home = self,
-    deadline = deadline, buyer = buyer}))
-  redis.call('ZADD', KEYS[4], deadline, order)
-  if limit > 0 then
-    redis.call('HINCRBY', KEYS[3], buyer, q)
-  end
-  return {1, deadline, self}
-end
-if tonumber(ARGV[5]) == 1 then
+  available, held = available - q, held + q
+elseif ARGV[5] == '1' then
   return {-1}
+else
+  -- Claim the units against the buyer here, where the limit is kept,
+  -- before another bucket hands them out. If the caller never settles the
+  -- claim, it ends at the deadline like a hold.
+  state, stock = 'P', -1
 end
-
--- Claim the units against the buyer here, where the limit is kept, before
--- another bucket hands them out. If the caller never settles the claim, it
--- ends at the deadline like a hold.
-redis.call('HSET', KEYS[2], order, encode({st = CLAIMED, q = q, stock = -1, home = self,
-  deadline = deadline, buyer = buyer}))
-redis.call('ZADD', KEYS[4], deadline, order)
+-- The record format is records.lua's encode(), written out here.
+local rec = state .. '|' .. ARGV[3] .. '|' .. stock .. '|' .. self .. '|' .. string.format('%d', deadline) .. '|' .. buyer
 if limit > 0 then
-  redis.call('HINCRBY', KEYS[3], buyer, q)
+  redis.call('HSET', KEYS[1], 'available', available, 'held', held, 'o:' .. order, rec, 'b:' .. buyer, used + q)
+else
+  redis.call('HSET', KEYS[1], 'available', available, 'held', held, 'o:' .. order, rec)
 end
-return {-5, deadline}
+redis.call('ZADD', KEYS[2], deadline, order)
+if state == 'P' then
+  return {-5, deadline}
+end
+return {1, deadline, self}

@@ -1,11 +1,12 @@
 -- restock.lua: add units to a bucket's stock.
 --
--- KEYS     the bucket's five keys (records.lua)
+-- KEYS     the bucket's three keys (records.lua)
 -- ARGV[1]  units to add (> 0)
 -- ARGV[2]  the number of buckets the caller routed with
 --
 -- Reply: {1}; or {-6, n} / {-7}.
-local _, _, _, err = check_bucket(ARGV[2])
+local R = records()
+local _, _, _, err = R.check_bucket(ARGV[2])
 if err then
   return err
 end

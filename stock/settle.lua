@@ -2,7 +2,7 @@
 -- buckets have answered: record where the units are held, or drop the claim
 -- when none had them.
 --
--- KEYS     the home bucket's five keys (records.lua)
+-- KEYS     the home bucket's three keys (records.lua)
 -- ARGV[1]  order id
 -- ARGV[2]  index of the bucket holding the units, or -1 if none had them
 -- ARGV[3]  the number of buckets the caller routed with
@@ -13,24 +13,24 @@
 --   {-8}           the claim is no longer open (its deadline passed and it
 --                  was swept): the caller must give back what it took
 --   {-6, n} / {-7} route again with n buckets / no such item
-local self, limit, _, err = check_bucket(ARGV[3])
+local R = records()
+local self, limit, _, err = R.check_bucket(ARGV[3])
 if err then
   return err
 end
 local order, k = ARGV[1], tonumber(ARGV[2])
-local v = redis.call('HGET', KEYS[2], order)
-local r = v and decode(v)
-if not r or r.st ~= CLAIMED or r.home ~= self then
+local r = R.record(order)
+if not r or r.st ~= R.CLAIMED or r.home ~= self then
   return {-8}
 end
-redis.call('ZREM', KEYS[4], order)
+redis.call('ZREM', KEYS[2], order)
 if k < 0 then
   -- Refusals are not remembered: a later retry of this order is a new try.
-  redis.call('HDEL', KEYS[2], order)
-  release_buyer(limit, r.buyer, r.q)
+  redis.call('HDEL', KEYS[1], 'o:' .. order)
+  R.release_buyer(limit, r.buyer, r.q)
   return {-1}
 end
 -- The holding bucket keeps the deadline from here on.
-r.st, r.stock = HELD, k
-redis.call('HSET', KEYS[2], order, encode(r))
+r.st, r.stock = R.HELD, k
+redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
 return {1}

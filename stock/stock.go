@@ -136,7 +136,7 @@ func (c *Counter) Create(ctx context.Context, item string, spec Item) (bool, err
 	var expiry int64 // set by bucket 0, shared by the others
 	for _, b := range l.buckets {
 		share := splitShare(spec.Total, l.n, b.index)
-		args := append(createScript.Args(5, 11), b.keys[:]...)
+		args := append(createScript.Args(3, 9), b.keys[:]...)
 		args = append(args, share, l.n, b.index, spec.PerBuyer, ttl.Milliseconds(), expiry)
 		res, err := createScript.Ints(ctx, c.rdb, args)
 		if err != nil {
@@ -180,7 +180,7 @@ func (c *Counter) Restock(ctx context.Context, item string, units int64) error {
 		if share == 0 {
 			return nil
 		}
-		args := append(restockScript.Args(5, 7), b.keys[:]...)
+		args := append(restockScript.Args(3, 5), b.keys[:]...)
 		_, err := c.call(ctx, item, restockScript, append(args, share, l.n))
 		return err
 	})
@@ -240,7 +240,7 @@ type Bucket struct {
 func (c *Counter) Audit(ctx context.Context, item string) (Audit, error) {
 	var a Audit
 	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
-		args := append(auditScript.ArgsRO(5, 5), b.keys[:]...)
+		args := append(auditScript.ArgsRO(3, 3), b.keys[:]...)
 		res, err := auditScript.Ints(ctx, c.rdb, args)
 		if err != nil {
 			return fmt.Errorf("stock: audit %q: %w", item, err)

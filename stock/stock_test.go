@@ -496,3 +496,61 @@ func TestSoldOutCacheSparesRedis(t *testing.T) {
 		}
 	})
 }
+
+func TestARetryAfterALostReplyDeductsNothing(t *testing.T) {
+	// The incident behind idempotency: the reservation went through, the
+	// reply was lost, the client retried.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		item := newItem(t, c, Item{Total: 5, PerBuyer: 1})
+		if _, err := c.Reserve(ctx, item, order("warm", "w")); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		f.On(redistest.Script(reserveScript.Hash())).LoseReply(errors.New("i/o timeout")).Times(1)
+		if _, err := c.Reserve(ctx, item, order("o1", "alice")); err == nil {
+			t.Fatal("the lost reply was not reported")
+		}
+		r, err := c.Reserve(ctx, item, order("o1", "alice"))
+		if err != nil || !r.Replayed {
+			t.Fatalf("retry: %+v %v, want the first reservation replayed", r, err)
+		}
+		wantLevels(t, c, item, Levels{Total: 5, Available: 3, Held: 2})
+	})
+}
+
+func TestRedisErrorsAreReturned(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		item := newItem(t, c, Item{Total: 5, Buckets: 2})
+		if _, err := c.Reserve(ctx, item, order("o1", "alice")); err != nil {
+			t.Fatal(err)
+		}
+		boom := errors.New("connection reset")
+		f.On(redistest.Any()).Fail(boom)
+		if _, err := c.Reserve(ctx, item, order("o2", "bob")); !errors.Is(err, boom) {
+			t.Errorf("Reserve: %v", err)
+		}
+		for name, err := range map[string]error{
+			"Confirm": c.Confirm(ctx, item, "o1", "alice"),
+			"Cancel":  c.Cancel(ctx, item, "o1", "alice"),
+			"Restock": c.Restock(ctx, item, 1),
+		} {
+			if !errors.Is(err, boom) {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		if _, err := c.Sweep(ctx, item, 10); !errors.Is(err, boom) {
+			t.Errorf("Sweep: %v", err)
+		}
+		if _, err := c.Audit(ctx, item); !errors.Is(err, boom) {
+			t.Errorf("Audit: %v", err)
+		}
+		if _, err := c.Create(ctx, redistest.Key(t), Item{Total: 1}); !errors.Is(err, boom) {
+			t.Errorf("Create: %v", err)
+		}
+	})
+}

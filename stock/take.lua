@@ -1,7 +1,7 @@
 -- take.lua: hold units in this bucket for an order claimed in the buyer's
 -- home bucket (reserve.lua replied -5 there).
 --
--- KEYS     the bucket's five keys (records.lua)
+-- KEYS     the bucket's three keys (records.lua)
 -- ARGV[1]  order id
 -- ARGV[2]  buyer
 -- ARGV[3]  quantity
@@ -16,28 +16,28 @@
 --   {-3}           the order id is taken here by another order
 --   {-8}           the deadline has passed: the claim is over
 --   {-6, n} / {-7} route again with n buckets / no such item
-local self, limit, c, err = check_bucket(ARGV[6], 'available', 'held')
+local order, buyer, q, deadline = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local R = records()
+local self, limit, c, err = R.check_bucket(ARGV[6], 'available', 'held', 'o:' .. order)
 if err then
   return err
 end
-local order, buyer, q, deadline = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-
-local v = redis.call('HGET', KEYS[2], order)
-if v then
-  local r = decode(v)
+if c[3] then
+  local r = R.decode(c[3])
   if r.stock == self and r.buyer == buyer and r.q == q then
-    return {2, STATE_CODE[r.st]}
+    return {2, R.STATE_CODE[r.st]}
   end
   return {-3}
 end
 
-local now = now_ms()
+local now = R.now_ms()
 if deadline <= now then
   return {-8}
 end
 local available, held = tonumber(c[1]), tonumber(c[2])
 if available < q and held > 0 then
-  if sweep(now, 16, self, limit) > 0 then
+  local units = R.sweep(now, 16, self, limit)
+  if units > 0 then
     c = redis.call('HMGET', KEYS[1], 'available', 'held')
     available, held = tonumber(c[1]), tonumber(c[2])
   end
@@ -45,8 +45,7 @@ end
 if available < q then
   return {-1}
 end
-redis.call('HSET', KEYS[1], 'available', available - q, 'held', held + q)
-redis.call('HSET', KEYS[2], order, encode({st = HELD, q = q, stock = self, home = tonumber(ARGV[5]),
-  deadline = deadline, buyer = buyer}))
-redis.call('ZADD', KEYS[4], deadline, order)
+redis.call('HSET', KEYS[1], 'available', available - q, 'held', held + q, 'o:' .. order,
+  R.encode({st = R.HELD, q = q, stock = self, home = tonumber(ARGV[5]), deadline = deadline, buyer = buyer}))
+redis.call('ZADD', KEYS[2], deadline, order)
 return {1}
