@@ -198,11 +198,38 @@ type Levels struct {
 }
 
 // Levels returns the item's current units, summed over its buckets. Each
-// bucket is read atomically; with several buckets they are read one after
-// the other.
+// bucket is read atomically (one HMGET); with several buckets they are read
+// one after the other.
 func (c *Counter) Levels(ctx context.Context, item string) (Levels, error) {
-	a, err := c.Audit(ctx, item)
-	return a.Levels, err
+	var sum Levels
+	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
+		cmd := redis.NewSliceCmd(ctx, "hmget", b.keys[0], "n", "total", "available", "held", "sold")
+		if err := c.rdb.Process(ctx, cmd); err != nil {
+			return fmt.Errorf("stock: levels %q: %w", item, err)
+		}
+		var v [5]int64
+		for i, x := range cmd.Val() {
+			s, ok := x.(string)
+			if !ok {
+				return fmt.Errorf("%w: %q (bucket %d)", ErrUnknownItem, item, b.index)
+			}
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || i >= len(v) {
+				return fmt.Errorf("stock: levels %q: bad field %q", item, s)
+			}
+			v[i] = n
+		}
+		if int(v[0]) != l.n {
+			c.forget(item)
+			return errReroute
+		}
+		sum.Total += v[1]
+		sum.Available += v[2]
+		sum.Held += v[3]
+		sum.Sold += v[4]
+		return nil
+	})
+	return sum, err
 }
 
 // Audit checks an item's books and reports what it found.
