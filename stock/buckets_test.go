@@ -126,40 +126,107 @@ func TestSweepTellsTheHomeBucketAboutExpiredHoldsElsewhere(t *testing.T) {
 	})
 }
 
-func TestAClaimNeverSettledEndsAtItsDeadline(t *testing.T) {
-	// A process that claims units in the buyer's home bucket and dies
-	// before another bucket holds them leaves a claim: retries are told to
-	// wait, and the claim ends at its deadline.
+// abandonClaim makes the claim a process makes in alice's home bucket when
+// the home is empty, and stops there, as if it died before any other
+// bucket held the units. It returns alice and the claim's deadline.
+func abandonClaim(t *testing.T, c *Counter, rdb RedisClient, item string, n int, orderID string) (string, int64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Reserve(ctx, item, order("f"+orderID, buyerHomedAt(0, n, "filler"+orderID))); err != nil {
+		t.Fatal(err)
+	}
+	alice := buyerHomedAt(0, n, "alice")
+	l := c.layoutFor(item, n)
+	args := append(reserveScript.Args(3, 8), l.buckets[0].keys[:]...)
+	res, err := reserveScript.Ints(ctx, rdb, append(args, orderID, alice, 1, 50, n))
+	if err != nil || len(res) != 2 || res[0] != codeClaimed {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	return alice, res[1]
+}
+
+func TestARetryResumesAnAbandonedClaim(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		rdb := b.Client(t)
 		c := newCounter(t, rdb)
 		const n = 2
 		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
-		if _, err := c.Reserve(ctx, item, order("f", buyerHomedAt(0, n, "filler"))); err != nil {
+		alice, _ := abandonClaim(t, c, rdb, item, n, "a1")
+		if err := c.Confirm(ctx, item, "a1", alice); !errors.Is(err, ErrPending) {
+			t.Fatalf("Confirm of a claimed order: %v, want ErrPending", err)
+		}
+		r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute})
+		if err != nil || !r.Replayed || r.Bucket != 1 {
+			t.Fatalf("retry: %+v %v; want the claim resumed and held in bucket 1", r, err)
+		}
+		if err := c.Confirm(ctx, item, "a1", alice); err != nil {
 			t.Fatal(err)
 		}
-		alice := buyerHomedAt(0, n, "alice")
-		l := c.layoutFor(item, n)
-		args := append(reserveScript.Args(3, 8), l.buckets[0].keys[:]...)
-		res, err := reserveScript.Ints(ctx, rdb, append(args, "a1", alice, 1, 50, n))
-		if err != nil || len(res) != 2 || res[0] != codeClaimed {
-			t.Fatalf("claim: %v %v", res, err)
-		}
-		if _, err := c.Reserve(ctx, item, order("a1", alice)); !errors.Is(err, ErrPending) {
-			t.Fatalf("retry during the claim: %v, want ErrPending", err)
-		}
+		wantLevels(t, c, item, Levels{Total: 2, Held: 1, Sold: 1})
+	})
+}
+
+func TestAnAbandonedClaimEndsAtItsDeadline(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		const n = 2
+		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
+		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1")
 		waitFor(t, 5*time.Second, "Redis's clock to pass the claim's deadline", func() bool {
-			now, err := rdb.Time(ctx).Result()
-			return err == nil && now.UnixMilli() > res[1]
+			now, err := b.Client(t).Time(ctx).Result()
+			return err == nil && now.UnixMilli() > deadline
 		})
 		if _, err := c.Sweep(ctx, item, 10); err != nil {
 			t.Fatal(err)
 		}
+		// The claim ended: its buyer may buy with a new order.
 		if _, err := c.Reserve(ctx, item, order("a2", alice)); err != nil {
 			t.Fatalf("after the claim ended alice buys: %v", err)
 		}
 		mustAudit(t, c, item)
+	})
+}
+
+func TestOnlyTheHoldingBucketIsHeeded(t *testing.T) {
+	// Two calls for one order can hold units in two buckets; the one that
+	// loses the race to settle gives its units back, and that news must
+	// not end the winner's order in the home.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		const n = 3
+		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
+		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1")
+		l := c.layoutFor(item, n)
+		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+		// Both buckets 1 and 2 hold the order; bucket 2 settles first.
+		for _, k := range []int{1, 2} {
+			args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
+			if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline+60000, 0, n)); err != nil || res[0] != codeReserved {
+				t.Fatalf("take in %d: %v %v", k, res, err)
+			}
+		}
+		if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false); err != nil || r.Bucket != 2 {
+			t.Fatalf("first settle: %+v %v", r, err)
+		}
+		r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true)
+		if err != nil || r.Bucket != 2 || !r.Replayed {
+			t.Fatalf("losing settle: %+v %v; want the winner's reservation", r, err)
+		}
+		if _, err := c.Sweep(ctx, item, 10); err != nil { // delivers bucket 1's news to the home
+			t.Fatal(err)
+		}
+		if err := c.Confirm(ctx, item, "a1", alice); err != nil {
+			t.Fatalf("Confirm of the winner's hold: %v", err)
+		}
+		a := mustAudit(t, c, item)
+		if a.Sold != 1 || a.Buckets[1].Available != 1 || a.Buckets[2].Sold != 1 {
+			t.Fatalf("after the race: %+v", a)
+		}
 	})
 }
 

@@ -46,6 +46,6 @@ redis.call('HINCRBY', KEYS[1], 'sold', r.q)
 redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
 redis.call('ZREM', KEYS[2], order)
 if r.home ~= self then
-  redis.call('RPUSH', KEYS[3], order .. '|' .. r.home .. '|' .. R.SOLD)
+  redis.call('RPUSH', KEYS[3], order .. '|' .. r.home .. '|' .. R.SOLD .. '|' .. self)
 end
 return {1}

@@ -77,13 +77,16 @@
 // (state P, with the hold's deadline), the other buckets are asked in turn
 // to hold them (take.lua), and the claim is settled in the home with the
 // bucket that had them, or dropped if none did. Reserve answers ErrSoldOut
-// only after every bucket refused. A retry that arrives while a claim is
-// open gets ErrPending. If the caller dies mid-way, the claim and any
+// only after every bucket refused. A retry that finds the claim still open
+// (the first call is at work, or died mid-way) resumes it: the other
+// buckets know the order by its id, the first settle wins, and a call that
+// loses gives back what it took. If nobody resumes, the claim and any
 // units taken end at the deadline like any hold. Confirm and Cancel of
 // such an order decide on the bucket holding the units and then tell the
 // home; the sweep tells the home about holds it returned through the
 // outbox, so a crash cannot lose the news, only delay it (until then the
-// buyer's count stays high, never low).
+// buyer's count stays high, never low). The home heeds only the bucket it
+// recorded as holding the units.
 //
 // With buckets, the units of one order come from one bucket: an order for
 // q units is refused when no single bucket has q, even if several together

@@ -17,8 +17,10 @@ var (
 	// Replayed set.
 	ErrOrderConflict = errors.New("stock: order id already used for another buyer or quantity")
 
-	// ErrPending is returned when another call is reserving the same order
-	// right now (its units are claimed but not yet held). Retry shortly.
+	// ErrPending is returned by Confirm and Cancel for an order whose units
+	// are claimed in the buyer's home bucket but not yet held in another
+	// one: its Reserve is still at work, or failed mid-way. Retrying
+	// Reserve with the same order finishes it.
 	ErrPending = errors.New("stock: order is being reserved by another call")
 
 	// ErrUnknownOrder is returned by Confirm and Cancel for an order id the

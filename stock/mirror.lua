@@ -6,9 +6,12 @@
 -- ARGV[1]  order id
 -- ARGV[2]  the new state: S or R
 -- ARGV[3]  the number of buckets the caller routed with
+-- ARGV[4]  the index of the bucket that decided it: only the bucket the
+--          home records as holding the units is heeded (a bucket that held
+--          them for a call that lost the race to settle is not)
 --
 -- Reply: {1} applied; {0} nothing to do (already applied, or not an order
--- of this home held elsewhere); {-6, n} / {-7} as elsewhere.
+-- of this home held in that bucket); {-6, n} / {-7} as elsewhere.
 local R = records()
 local self, limit, _, err = R.check_bucket(ARGV[3])
 if err then
@@ -16,7 +19,7 @@ if err then
 end
 local order, state = ARGV[1], ARGV[2]
 local r = R.record(order)
-if not r or r.home ~= self or r.stock == self or r.st ~= R.HELD then
+if not r or r.home ~= self or r.stock ~= tonumber(ARGV[4]) or r.stock == self or r.st ~= R.HELD then
   return {0}
 end
 r.st = state

@@ -119,11 +119,11 @@ func outcomeErr(code int64, item, orderID string) error {
 // deliver applies in home bucket h the state that bucket k decided for an
 // order, and removes the matching entry from k's outbox.
 func (c *Counter) deliver(ctx context.Context, item string, l *layout, k int, orderID string, h int, state string) error {
-	args := append(mirrorScript.Args(3, 6), l.buckets[h].keys[:]...)
-	if _, err := c.call(ctx, item, mirrorScript, append(args, orderID, state, l.n)); err != nil {
+	args := append(mirrorScript.Args(3, 7), l.buckets[h].keys[:]...)
+	if _, err := c.call(ctx, item, mirrorScript, append(args, orderID, state, l.n, k)); err != nil {
 		return err
 	}
-	entry := orderID + "|" + strconv.Itoa(h) + "|" + state
+	entry := orderID + "|" + strconv.Itoa(h) + "|" + state + "|" + strconv.Itoa(k)
 	return c.rdb.Process(ctx, redisLRem(ctx, l.buckets[k].keys[2], entry))
 }
 
@@ -158,8 +158,8 @@ func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error
 		units += first
 		for _, e := range res[2:] {
 			entry, _ := e.(string)
-			order, h, state, ok := parseOutbox(entry, l.n)
-			if !ok {
+			order, h, state, from, ok := parseOutbox(entry, l.n)
+			if !ok || from != b.index {
 				continue
 			}
 			if err := c.deliver(ctx, item, l, b.index, order, h, state); err != nil {
@@ -174,21 +174,19 @@ func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error
 	return units, err
 }
 
-// parseOutbox reads an outbox entry "order|home|state"; the order id may
-// itself contain '|'.
-func parseOutbox(entry string, n int) (order string, home int, state string, ok bool) {
-	i := strings.LastIndexByte(entry, '|')
-	if i < 0 {
-		return "", 0, "", false
+// parseOutbox reads an outbox entry "order|home|state|from"; the order id
+// may itself contain '|'.
+func parseOutbox(entry string, n int) (order string, home int, state string, from int, ok bool) {
+	parts := strings.Split(entry, "|")
+	if len(parts) < 4 {
+		return "", 0, "", 0, false
 	}
-	state = entry[i+1:]
-	j := strings.LastIndexByte(entry[:i], '|')
-	if j < 0 {
-		return "", 0, "", false
+	last := len(parts) - 1
+	home, err1 := strconv.Atoi(parts[last-2])
+	from, err2 := strconv.Atoi(parts[last])
+	state = parts[last-1]
+	if err1 != nil || err2 != nil || home < 0 || home >= n || from < 0 || from >= n || (state != "S" && state != "R") {
+		return "", 0, "", 0, false
 	}
-	home, err := strconv.Atoi(entry[j+1 : i])
-	if err != nil || home < 0 || home >= n || (state != "S" && state != "R") {
-		return "", 0, "", false
-	}
-	return entry[:j], home, state, true
+	return strings.Join(parts[:last-2], "|"), home, state, from, true
 }

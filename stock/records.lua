@@ -14,9 +14,10 @@
 --                   buyer's orders homed here (only with a limit)
 --   KEYS[2] due     zset: order id -> deadline in ms (Redis TIME) of a hold
 --                   whose units are here, or of a claim homed here
---   KEYS[3] outbox  list: "order|home|state" for changes to orders whose
---                   units are here but whose buyer is homed elsewhere, until
---                   the home bucket has applied them
+--   KEYS[3] outbox  list: "order|home|state|from" for changes to orders
+--                   whose units are here (from is this bucket's index) but
+--                   whose buyer is homed elsewhere, until the home bucket has
+--                   applied them
 -- Counters, orders and buyers share one hash so that a reservation reads
 -- everything it decides on with one HMGET and writes it with one HSET:
 -- on a busy server each redis.call costs microseconds.
@@ -101,7 +102,7 @@ local function records()
     if r.home == self then
       R.release_buyer(limit, r.buyer, r.q)
     else
-      redis.call('RPUSH', KEYS[3], order .. '|' .. r.home .. '|' .. R.RETURNED)
+      redis.call('RPUSH', KEYS[3], order .. '|' .. r.home .. '|' .. R.RETURNED .. '|' .. self)
     end
   end
 

@@ -87,11 +87,11 @@ func checkOrder(item string, o Order) error {
 // checked, the units are deducted and the hold recorded.
 //
 // It returns ErrSoldOut when no bucket has the units, ErrBuyerLimit when
-// the buyer would exceed the per-buyer limit, ErrOrderConflict when the
-// order id was used for another buyer or quantity, and ErrPending when
-// another call is reserving the same order on another bucket right now. A
-// retry of an order that was reserved returns its Reservation with
-// Replayed set and deducts nothing.
+// the buyer would exceed the per-buyer limit, and ErrOrderConflict when the
+// order id was used for another buyer or quantity. A retry of an order
+// that was reserved returns its Reservation with Replayed set and deducts
+// nothing; a retry of one whose reservation failed half-way (with buckets)
+// finishes it.
 func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservation, error) {
 	if err := checkOrder(item, o); err != nil {
 		return Reservation{}, err
@@ -132,10 +132,14 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 		return Reservation{}, fmt.Errorf("%w: buyer %q has %d", ErrBuyerLimit, o.Buyer, res[1])
 	case res[0] == codeOrderTaken:
 		return Reservation{}, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID)
-	case res[0] == codePending:
-		return Reservation{}, fmt.Errorf("%w: %q", ErrPending, o.ID)
+	case res[0] == codePending && len(res) == 2:
+		// Another call claimed the units and no bucket holds them yet:
+		// it is still at work, or it failed mid-way. Resuming is safe (the
+		// other buckets know the order by its id, and the first settle
+		// wins), and spares the buyer a wait until the claim's deadline.
+		return c.reserveElsewhere(ctx, item, l, h, o, res[1], true)
 	case res[0] == codeClaimed && len(res) == 2:
-		return c.reserveElsewhere(ctx, item, l, h, o, res[1])
+		return c.reserveElsewhere(ctx, item, l, h, o, res[1], false)
 	}
 	return Reservation{}, fmt.Errorf("stock: reserve %q: unexpected reply %v", item, res)
 }
@@ -143,8 +147,9 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 // reserveElsewhere finishes a reservation whose home bucket had no stock:
 // the units are claimed against the buyer there until deadline. It asks
 // the other buckets in turn and settles the claim with the first that
-// holds the units, or drops it when none has them.
-func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64) (Reservation, error) {
+// holds the units, or drops it when none has them. resumed is true when
+// another call made the claim.
+func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool) (Reservation, error) {
 	for i := 1; i < l.n; i++ {
 		k := (h + i) % l.n
 		args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
@@ -163,7 +168,7 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 		case codeClaimOver:
 			return Reservation{}, c.dropClaim(ctx, item, l, h, o, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
 		case codeReserved, codeReplayed:
-			return c.settle(ctx, item, l, h, k, o, deadline)
+			return c.settle(ctx, item, l, h, k, o, deadline, resumed)
 		default:
 			return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
 		}
@@ -171,24 +176,34 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 	return Reservation{}, c.dropClaim(ctx, item, l, h, o, fmt.Errorf("%w: %q", ErrSoldOut, item))
 }
 
-// settle records in the home bucket that bucket k holds the order's units.
-// If the claim ended meanwhile (its deadline passed and it was swept), the
-// units are given back.
-func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64) (Reservation, error) {
+// settle records in the home bucket that bucket k holds the order's
+// units. If another call settled the claim first, with the same bucket this
+// call's hold is that reservation; with another bucket, or if the claim
+// ended meanwhile (its deadline passed and it was swept), the units taken
+// from k are given back.
+func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool) (Reservation, error) {
 	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
 	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n))
 	if err != nil {
 		return Reservation{}, err
 	}
-	switch res[0] {
-	case codeReserved:
-		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: k}, nil
-	case codeClaimOver:
-		// Give back what bucket k holds; its outbox tells the home, which
-		// already released the buyer's allowance.
+	r := Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: k, Replayed: resumed}
+	switch {
+	case res[0] == codeReserved:
+		return r, nil
+	case res[0] == codeClaimOver && len(res) == 3:
+		settled, state := int(res[1]), State(res[2])
+		if settled == k {
+			r.State = state
+			return r, nil
+		}
 		cargs := append(cancelScript.Args(3, 6), l.buckets[k].keys[:]...)
 		if _, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n)); err != nil {
 			return Reservation{}, err
+		}
+		if settled >= 0 && (state == Held || state == Sold) {
+			r.Bucket, r.State, r.Replayed = settled, state, true
+			return r, nil
 		}
 		return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
 	}

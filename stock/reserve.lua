@@ -19,7 +19,11 @@
 --                                 buyer's current count)
 --   {-3}                          the order id is taken by another buyer or
 --                                 quantity
---   {-4}                          another call is reserving this order now
+--   {-4, deadline}                the order's units are claimed here and no
+--                                 bucket holds them yet (another call is
+--                                 reserving it, or one failed mid-way): the
+--                                 caller may resume with take.lua and
+--                                 settle.lua until deadline
 --   {-5, deadline}                not enough stock here: the units are
 --                                 claimed against the buyer until deadline;
 --                                 take them from another bucket (take.lua)
@@ -46,7 +50,7 @@ if s[6] then
     return {-3}
   end
   if r.st == R.CLAIMED then
-    return {-4}
+    return {-4, r.deadline}
   end
   return {2, r.deadline, r.stock, R.STATE_CODE[r.st]}
 end

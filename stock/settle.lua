@@ -10,8 +10,11 @@
 -- Reply, an array of integers:
 --   {1}            settled: the order is held in that bucket
 --   {-1}           the claim is dropped and the buyer's allowance released
---   {-8}           the claim is no longer open (its deadline passed and it
---                  was swept): the caller must give back what it took
+--   {-8, bucket, state}  the claim is no longer open: another call settled
+--                  it (bucket holds the units; state 1 held, 2 sold, 3
+--                  returned), or its deadline passed and it was swept
+--                  (bucket -1, state 3). Unless bucket is the one this call
+--                  took from, the caller gives back what it took
 --   {-6, n} / {-7} route again with n buckets / no such item
 local R = records()
 local self, limit, _, err = R.check_bucket(ARGV[3])
@@ -20,8 +23,11 @@ if err then
 end
 local order, k = ARGV[1], tonumber(ARGV[2])
 local r = R.record(order)
-if not r or r.st ~= R.CLAIMED or r.home ~= self then
-  return {-8}
+if not r or r.home ~= self then
+  return {-8, -1, 3}
+end
+if r.st ~= R.CLAIMED then
+  return {-8, r.stock, R.STATE_CODE[r.st]}
 end
 redis.call('ZREM', KEYS[2], order)
 if k < 0 then

@@ -8,7 +8,7 @@
 -- ARGV[2]  the number of buckets the caller routed with
 --
 -- Reply: {units returned, claims ended, outbox entry...}, where an outbox
--- entry is the string "order|home|state"; or {-6, n} / {-7}.
+-- entry is the string "order|home|state|from"; or {-6, n} / {-7}.
 local R = records()
 local self, limit, _, err = R.check_bucket(ARGV[2])
 if err then
