@@ -12,8 +12,9 @@
 -- Reply: one integer, to keep the hot path free of tables. A positive reply
 -- is the fence: the lock is obtained. A reply r <= -1 means another owner
 -- holds it with -r-2 milliseconds of lease left (-1: the key has no TTL, so
--- it is not a lock of ours). A repeated call with the same owner token is
--- answered like the first, so a resent command is harmless.
+-- it is not a lock of ours; -2: it expired during the call, try again). A
+-- repeated call with the same owner token is answered like the first, so a
+-- resent command is harmless.
 --
 -- SET NX PX creates the key and its expiry in one command: there is no
 -- moment at which the lock exists without a TTL. With GET it also returns
@@ -28,10 +29,17 @@ elseif holder == ARGV[1] or holder == ARGV[1] .. '+' then
   -- acquisition moves the fence, so it still holds this owner's token.
   fence = tonumber(redis.call('GET', KEYS[2])) or redis.call('INCR', KEYS[2])
 else
-  if ARGV[3] == '1' and string.sub(holder, -1) ~= '+' then
-    redis.call('APPEND', KEYS[1], '+')
+  -- PTTL before flagging: if the key is gone (a clock that moves during a
+  -- script, as miniredis's can), there is nothing to flag and the caller
+  -- retries at once. XX KEEPTTL can never create the key or drop its TTL.
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl == -2 then
+    return -2
   end
-  return -redis.call('PTTL', KEYS[1]) - 2
+  if ARGV[3] == '1' and string.sub(holder, -1) ~= '+' then
+    redis.call('SET', KEYS[1], holder .. '+', 'XX', 'KEEPTTL')
+  end
+  return -pttl - 2
 end
 if fence == 1 then
   -- A new counter (the old one expired) starts at Redis's clock in

@@ -48,13 +48,13 @@
 // marks the holder's value so its release publishes a message; releases
 // nobody waits for publish nothing (PUBLISH in a cluster reaches every node).
 //
-// Goroutines of one Client that wait for the same lock form a FIFO queue and
+// Goroutines of one Client that want the same lock form a FIFO queue and
 // share one subscription (one pub/sub connection serves every lock a Client
-// waits for). Only the head of the queue talks to Redis, so a hundred
-// goroutines waiting in one process cost Redis what one does, and they get
-// the lock in arrival order among themselves. When a lock released by this
-// Client sent no message, the Client wakes its own head directly. If pub/sub
-// is unavailable, waiters retry with a jittered exponential backoff between
+// waits for). Only the head of the queue talks to Redis, so a thousand
+// goroutines arriving at once send one attempt, and they get the lock in
+// arrival order among themselves. When a lock released by this Client sent
+// no message, the Client wakes its own head directly. If pub/sub is
+// unavailable, waiters retry with a jittered exponential backoff between
 // 5 ms and 250 ms, capped by the holder's remaining lease. Waiters of
 // different processes are not ordered; the lock is not fair across
 // processes.

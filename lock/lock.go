@@ -175,26 +175,16 @@ func (c *Client) TryLock(ctx context.Context, name string, ttl time.Duration, op
 // A waiter does not poll. It asks Redis to tell it when the holder releases
 // the lock (pub/sub), and otherwise retries when the holder's lease runs
 // out, so a lost message costs at most one lease. Goroutines of one Client
-// that wait for the same lock queue up in arrival order and only the first
-// of them talks to Redis. If pub/sub is unavailable, waiters fall back to
-// retrying with a jittered exponential backoff.
+// that want the same lock queue up in arrival order and only the first of
+// them talks to Redis: a thousand of them arriving at once send one
+// attempt. If pub/sub is unavailable, waiters fall back to retrying with a
+// jittered exponential backoff.
 func (c *Client) Lock(ctx context.Context, name string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
 	l, err := c.newLease(ctx, name, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
-	holderTTL := time.Duration(0)
-	if !c.queued(l.key) {
-		ok, pttl, err := c.attempt(ctx, l, false)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return l, nil
-		}
-		holderTTL = pttl
-	}
-	return c.wait(ctx, l, holderTTL)
+	return c.wait(ctx, l)
 }
 
 // attempt runs the acquire script once for l. It reports whether l now

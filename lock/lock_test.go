@@ -821,3 +821,49 @@ func TestWaitersFallBackToPollingWithoutPubSub(t *testing.T) {
 		}
 	})
 }
+
+func TestACrowdArrivingAtOnceSendsOneAttempt(t *testing.T) {
+	// A thousand goroutines of one process calling Lock together must not
+	// each send an attempt: that fills the connection pool and delays the
+	// renewals of the locks already held.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		holder := newClient(t, b.Client(t))
+		f := redistest.NewFaults()
+		attempts := f.On(redistest.Script(acquireScript.Hash()))
+		c := newClient(t, b.Client(t, f))
+		name := redistest.Key(t)
+		held, err := holder.TryLock(ctx, name, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const crowd = 100
+		var wg sync.WaitGroup
+		for range crowd {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := <-lockAndUnlock(c, name); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		waitFor(t, 10*time.Second, "the crowd to queue", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			q := c.queues[held.key]
+			return q != nil && len(q.waiters) == crowd && q.isConfirmed
+		})
+		waitFor(t, 10*time.Second, "the head's second attempt", func() bool { return attempts.Hits() >= 2 })
+		if n := attempts.Hits(); n != 2 {
+			t.Fatalf("%d attempts while the lock was held, want 2 (the head's plain and flagged tries)", n)
+		}
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if n := attempts.Hits(); n > 2+crowd+crowd/10 {
+			t.Fatalf("%d attempts for %d acquisitions", n, crowd)
+		}
+	})
+}

@@ -11,18 +11,20 @@ import (
 
 // How the goroutines of one Client wait for a lock.
 //
-// Waiters for the same lock key form a FIFO queue. Only the head talks to
-// Redis; the others sleep until they become the head. The head is woken by
-// a release message on the lock's channel (one subscription per Client,
-// shared by all its queues), by a release from this Client (which needs no
-// message), or by a timer set to the holder's remaining lease, whichever
-// comes first. When the head obtains the lock, the next waiter becomes the
-// head and waits for that lock's release; when the head gives up, the next
-// one tries at once.
-//
-// Before its first attempt that flags the holder (asks its release to
-// publish), the head waits until the subscription is confirmed, so no
-// release message can slip between the attempt and the subscription.
+// Every Lock call joins a FIFO queue for its key. Only the head talks to
+// Redis; the others sleep until they become the head, so a crowd that
+// arrives at once sends one attempt, not one each (which would fill the
+// connection pool and delay the renewals of the locks already held). The
+// head's first attempt is a plain one. If it fails, the queue subscribes
+// to the lock's channel (one subscription per Client, shared by all its
+// queues) and, once the subscription is confirmed, the head tries again
+// flagging the holder (asking its release to publish): no release message
+// can slip between the attempt and the subscription. After that the head
+// is woken by a release message, by a release from this Client (which
+// needs no message), or by a timer set to the holder's remaining lease,
+// whichever comes first. When the head obtains the lock, the next waiter
+// becomes the head and waits for that lock's release; when the head gives
+// up, the next one tries at once.
 
 // Bounds of the jittered backoff used when pub/sub is unavailable and as a
 // cap when the holder's lease is unknown.
@@ -35,6 +37,7 @@ type queue struct {
 	channel string
 	waiters []*waiter // waiters[0] is the head
 
+	subscribed  bool          // SUBSCRIBE was sent for this queue
 	confirmed   chan struct{} // closed once the subscription is confirmed
 	isConfirmed bool
 	subErr      error // set while subscribing has failed: poll with backoff
@@ -70,29 +73,17 @@ type subscription struct {
 	pending map[string]int // SUBSCRIBE replies still to come, by channel
 }
 
-// queued reports whether goroutines of this Client already wait for key, in
-// which case a newcomer joins the queue instead of trying first.
-func (c *Client) queued(key string) bool {
-	if c.nqueues.Load() == 0 {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.queues[key] != nil
-}
-
 // wait queues the caller behind this Client's other waiters for the lock
 // and returns when it holds the lock, when an attempt fails, or when ctx
-// ends. holderTTL is the holder's remaining lease if the caller already
-// tried once.
-func (c *Client) wait(ctx context.Context, l *Lease, holderTTL time.Duration) (*Lease, error) {
+// ends.
+func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
 	w := &waiter{wake: make(chan struct{}, 1)}
-	q := c.enqueue(ctx, l.key, w, holderTTL)
+	q := c.enqueue(l.key, w)
 
 	backoff := time.Duration(0)
 	for {
 		c.mu.Lock()
-		head, now, bound, subErr := w.head, w.attemptNow, w.bound, q.subErr
+		head, now, bound, subErr, flag := w.head, w.attemptNow, w.bound, q.subErr, q.subscribed
 		var confirmed <-chan struct{}
 		if head {
 			// Wake-ups sent before this point are accounted for by the
@@ -105,7 +96,7 @@ func (c *Client) wait(ctx context.Context, l *Lease, holderTTL time.Duration) (*
 				now = true
 			}
 			w.seen, w.attemptNow = q.gen, false
-			if !q.isConfirmed && subErr == nil {
+			if flag && !q.isConfirmed && subErr == nil {
 				confirmed = q.confirmed
 			}
 		}
@@ -147,7 +138,7 @@ func (c *Client) wait(ctx context.Context, l *Lease, holderTTL time.Duration) (*
 			timer.Stop()
 		}
 
-		ok, pttl, err := c.attempt(ctx, l, true)
+		ok, pttl, err := c.attempt(ctx, l, flag)
 		if err != nil {
 			c.leave(q, w, promotion{now: true})
 			return nil, err
@@ -158,7 +149,15 @@ func (c *Client) wait(ctx context.Context, l *Lease, holderTTL time.Duration) (*
 		}
 		c.mu.Lock()
 		w.bound = waitBound(pttl)
+		if !flag {
+			// The plain attempt failed: wait properly from now on, and try
+			// again (flagging the holder) once the subscription is in effect.
+			w.attemptNow = true
+		}
 		c.mu.Unlock()
+		if !flag {
+			c.subscribe(ctx, q)
+		}
 	}
 }
 
@@ -188,24 +187,34 @@ func nextBackoff(prev time.Duration) time.Duration {
 	return min(2*prev, maxBackoff)
 }
 
-// enqueue adds w to the queue for key, creating the queue (and subscribing
-// to its channel) if w is the first waiter.
-func (c *Client) enqueue(ctx context.Context, key string, w *waiter, holderTTL time.Duration) *queue {
+// enqueue adds w to the queue for key, creating the queue if w is the
+// first waiter (and the head, who tries at once).
+func (c *Client) enqueue(key string, w *waiter) *queue {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	q := c.queues[key]
-	if q != nil {
-		q.waiters = append(q.waiters, w)
-		if len(q.waiters) == 1 {
-			w.head, w.bound = true, waitBound(holderTTL)
-		}
-		c.mu.Unlock()
-		return q
+	if q == nil {
+		q = &queue{channel: key + releasedSufix, confirmed: make(chan struct{})}
+		c.queues[key] = q
+		c.nqueues.Add(1)
 	}
-	q = &queue{channel: key + releasedSufix, waiters: []*waiter{w}, confirmed: make(chan struct{})}
-	w.head, w.bound = true, waitBound(holderTTL)
-	w.attemptNow = true // once subscribed: the lock may have been released meanwhile
-	c.queues[key] = q
-	c.nqueues.Add(1)
+	q.waiters = append(q.waiters, w)
+	if len(q.waiters) == 1 {
+		w.head, w.attemptNow = true, true
+	}
+	return q
+}
+
+// subscribe asks for release messages on q's channel, over the Client's
+// subscription (created if this is its first channel). Confirmation comes
+// through read and closes q.confirmed.
+func (c *Client) subscribe(ctx context.Context, q *queue) {
+	c.mu.Lock()
+	if q.subscribed {
+		c.mu.Unlock()
+		return
+	}
+	q.subscribed = true
 	sub := c.sub
 	fresh := sub == nil
 	if fresh {
@@ -232,7 +241,6 @@ func (c *Client) enqueue(ctx context.Context, key string, w *waiter, holderTTL t
 		}
 		c.mu.Unlock()
 	}
-	return q
 }
 
 // promotion tells the next waiter how to start as the head.
@@ -263,8 +271,18 @@ func (c *Client) leave(q *queue, w *waiter, p promotion) {
 	key := strings.TrimSuffix(q.channel, releasedSufix)
 	delete(c.queues, key)
 	c.nqueues.Add(-1)
+	if !q.subscribed {
+		c.mu.Unlock()
+		return
+	}
 	sub := c.sub
-	last := len(c.queues) == 0
+	last := true
+	for _, other := range c.queues {
+		if other.subscribed {
+			last = false
+			break
+		}
+	}
 	if last {
 		c.sub = nil
 	}
@@ -299,7 +317,7 @@ func (c *Client) wakeLocal(key string, published bool) {
 	// A published release reaches the head through the subscription at the
 	// same time as other processes' waiters; waking it here would give it a
 	// head start. Without a working subscription, wake it here.
-	if published && q.subErr == nil {
+	if published && q.subscribed && q.subErr == nil {
 		return
 	}
 	q.wakeHead()
