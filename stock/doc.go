@@ -44,21 +44,25 @@
 //
 // # Data model
 //
-// An item lives in one or more buckets. Each bucket has five keys under one
-// hash tag (for an item with one bucket the tag is the item's name):
+// An item lives in one or more buckets. Each bucket has three keys under
+// one hash tag (for an item with one bucket the tag is the item's name):
 //
-//	surge:stock:{T}          hash    total, available, held, sold; n (buckets), k (this bucket), limit, exp
-//	surge:stock:{T}:orders   hash    order id -> "state|qty|stock bucket|home bucket|deadline ms|buyer"
-//	surge:stock:{T}:buyers   hash    buyer -> units held, sold or claimed (only with a per-buyer limit)
-//	surge:stock:{T}:due      zset    order id -> deadline ms of a hold (or claim) to end
-//	surge:stock:{T}:outbox   list    "order|home|state": outcomes a home bucket must still apply
+//	surge:stock:{T}          hash   total, available, held, sold; n (buckets), k (this bucket), limit, exp;
+//	                                o:<order id> -> "state|qty|stock bucket|home bucket|deadline ms|buyer";
+//	                                b:<buyer> -> units held, sold or claimed (only with a per-buyer limit)
+//	surge:stock:{T}:due      zset   order id -> deadline ms of a hold (or claim) to end
+//	surge:stock:{T}:outbox   list   "order|home|state|from": outcomes a home bucket must still apply
 //
-// All five are created by Create with the item's expiry (Item.TTL, 30 days
-// by default) and a placeholder entry each, so that no later script ever
-// creates a key without a TTL. An order's state is H (held), S (sold), R
-// (returned) or P (claimed, see below). In every bucket, at every moment
-// outside a script, available + held + sold == total; Audit checks that and
-// recounts held and sold from the order records.
+// Counters, orders and buyers share the hash so that a reservation reads
+// everything it decides on with one HMGET and writes it with one HSET; its
+// common path is four commands inside the script (HMGET, TIME, HSET, ZADD).
+// All three keys are created by Create with the item's expiry (Item.TTL, 30
+// days by default), the list and the zset with an empty placeholder, so
+// that no later script ever creates a key without a TTL. An order's state
+// is H (held), S (sold), R (returned) or P (claimed, see below). In every
+// bucket, at every moment outside a script, available + held + sold ==
+// total; Audit checks that and recounts held and sold from the order
+// records.
 //
 // # Hot items: buckets
 //
@@ -100,7 +104,10 @@
 // sold out, and answers ErrSoldOut without asking Redis: the crowd still
 // pressing "buy" after the last unit costs nothing. Units that come back
 // through the same Counter clear it at once; others are offered again
-// within the TTL.
+// within the TTL. While it answers, a retry of an order that did get its
+// units is answered ErrSoldOut too (only Redis knows the order): keep the
+// TTL well below the clients' retry timeout, so that a retry reaches Redis
+// and gets its reservation back.
 //
 // # What it does not promise
 //
