@@ -37,9 +37,12 @@ func TestMain(m *testing.M) {
 		addr = srv.Addr
 		code := m.Run()
 		srv.Stop()
+		clusterRef.Stop()
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	clusterRef.Stop()
+	os.Exit(code)
 }
 
 // counter is a go-redis hook that counts the commands a client sends: the

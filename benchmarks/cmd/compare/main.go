@@ -30,7 +30,9 @@ import (
 	"github.com/surgekit/surge/internal/redistest"
 )
 
-var libs = []string{"surge", "redsync", "redislock", "raw"}
+// libs are the sub-benchmark names of every library compared anywhere;
+// a benchmark runs those it has.
+var libs = []string{"surge", "redsync", "redislock", "raw", "raw-hincrby", "raw-evalsha"}
 
 func main() {
 	rounds := flag.Int("rounds", 20, "rounds of every library's benchmarks")
