@@ -26,19 +26,6 @@ func newClient(t *testing.T, rdb RedisClient, opts ...Option) *Client {
 	return c
 }
 
-// waitFor polls cond until it holds or the limit passes: a bounded wait on
-// a condition, for the few tests where real time must pass.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // lockAndUnlock takes the lock in the background (giving up after 30 s)
 // and releases it at once; the channel reports the outcome.
 func lockAndUnlock(c *Client, name string) <-chan error {
@@ -62,7 +49,7 @@ func expire(t *testing.T, rdb redis.UniversalClient, key string) {
 	if err := rdb.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the lock key to expire", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "the lock key to expire", func() bool {
 		n, err := rdb.Exists(ctx, key).Result()
 		return err == nil && n == 0
 	})
@@ -278,7 +265,7 @@ func TestFenceRejectsTheWriteOfAHolderThatPausedPastItsLease(t *testing.T) {
 			t.Fatalf("cause = %v, want ErrLost", cause)
 		}
 		var fast *Lease
-		waitFor(t, 5*time.Second, "the expired lock to be free", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "the expired lock to be free", func() bool {
 			fast, err = c.TryLock(ctx, name, time.Minute)
 			return err == nil
 		})
@@ -316,7 +303,7 @@ func TestLockIsWokenByAnotherProcessRelease(t *testing.T) {
 		// The waiter has subscribed and flagged the holder once it made its
 		// second attempt; after that it sleeps.
 		observer := b.Client(t)
-		waitFor(t, 10*time.Second, "the waiter to flag the holder", func() bool {
+		redistest.WaitFor(t, 10*time.Second, "the waiter to flag the holder", func() bool {
 			v, _ := observer.Get(ctx, held.key).Result()
 			return v == held.Token()+"+"
 		})
@@ -406,7 +393,7 @@ func TestWaitersOfOneClientGetTheLockInArrivalOrder(t *testing.T) {
 					t.Errorf("waiter %d: %v", i, err)
 				}
 			}()
-			waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), func() bool { return queued() == i+1 })
+			redistest.WaitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), func() bool { return queued() == i+1 })
 		}
 		if err := held.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -495,7 +482,7 @@ func TestAutoRenewKeepsTheLockPastItsTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "five renewals", func() bool { return renewals.Hits() >= 5 })
+		redistest.WaitFor(t, 10*time.Second, "five renewals", func() bool { return renewals.Hits() >= 5 })
 		if elapsed := time.Since(start); elapsed < ttl {
 			t.Fatalf("five renewals within %v: renewing faster than every TTL/3", elapsed)
 		}
@@ -807,7 +794,7 @@ func TestWaitersFallBackToPollingWithoutPubSub(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := lockAndUnlock(waiter, name)
-		waitFor(t, 10*time.Second, "the waiter to queue", func() bool {
+		redistest.WaitFor(t, 10*time.Second, "the waiter to queue", func() bool {
 			waiter.mu.Lock()
 			defer waiter.mu.Unlock()
 			q := waiter.queues[held.key]
@@ -848,13 +835,13 @@ func TestACrowdArrivingAtOnceSendsOneAttempt(t *testing.T) {
 				}
 			}()
 		}
-		waitFor(t, 10*time.Second, "the crowd to queue", func() bool {
+		redistest.WaitFor(t, 10*time.Second, "the crowd to queue", func() bool {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			q := c.queues[held.key]
 			return q != nil && len(q.waiters) == crowd && q.isConfirmed
 		})
-		waitFor(t, 10*time.Second, "the head's second attempt", func() bool { return attempts.Hits() >= 2 })
+		redistest.WaitFor(t, 10*time.Second, "the head's second attempt", func() bool { return attempts.Hits() >= 2 })
 		if n := attempts.Hits(); n != 2 {
 			t.Fatalf("%d attempts while the lock was held, want 2 (the head's plain and flagged tries)", n)
 		}

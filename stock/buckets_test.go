@@ -107,7 +107,7 @@ func TestSweepTellsTheHomeBucketAboutExpiredHoldsElsewhere(t *testing.T) {
 		if err != nil || r.Bucket != 1 {
 			t.Fatalf("%+v %v", r, err)
 		}
-		waitFor(t, 5*time.Second, "Redis's clock to pass the deadline", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "Redis's clock to pass the deadline", func() bool {
 			now, err := rdb.Time(ctx).Result()
 			return err == nil && now.After(r.Deadline)
 		})
@@ -138,8 +138,8 @@ func abandonClaim(t *testing.T, c *Counter, rdb RedisClient, item string, n int,
 	alice := buyerHomedAt(0, n, "alice")
 	l := c.layoutFor(item, n)
 	args := append(reserveScript.Args(3, 8), l.buckets[0].keys[:]...)
-	res, err := reserveScript.Ints(ctx, rdb, append(args, orderID, alice, 1, 50, n))
-	if err != nil || len(res) != 2 || res[0] != codeClaimed {
+	res, err := reserveScript.Ints(ctx, rdb, append(args, n, orderID, alice, 1, 50))
+	if err != nil || len(res) != 4 || res[0] != codeClaimed {
 		t.Fatalf("claim: %v %v", res, err)
 	}
 	return alice, res[1]
@@ -175,7 +175,7 @@ func TestAnAbandonedClaimEndsAtItsDeadline(t *testing.T) {
 		const n = 2
 		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
 		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1")
-		waitFor(t, 5*time.Second, "Redis's clock to pass the claim's deadline", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "Redis's clock to pass the claim's deadline", func() bool {
 			now, err := b.Client(t).Time(ctx).Result()
 			return err == nil && now.UnixMilli() > deadline
 		})

@@ -145,7 +145,7 @@ func testMixedTraffic(t *testing.T, b *redistest.Backend, buckets int) {
 	// Let every hold run out by Redis's clock, then sweep until nothing is
 	// left.
 	rdb := b.Client(t)
-	waitFor(t, 10*time.Second, "the last hold's deadline", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the last hold's deadline", func() bool {
 		now, err := rdb.Time(ctx).Result()
 		return err == nil && now.UnixMilli() > lastHold.Load()
 	})

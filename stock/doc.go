@@ -36,6 +36,28 @@
 // with a deadline taken from Redis's clock. Nothing can run between the
 // check and the deduction, so no lock is needed.
 //
+// # Crowds: reservations travel in batches
+//
+// When many Reserve calls on one Counter hit the same bucket at once (the
+// opening second of a sale), they do not each pay a round trip and a
+// script. The first call sends its order at once; the calls that arrive
+// while it is in flight queue up, and the first of them sends them all in
+// the next script call (up to 64). The script decides the orders one after
+// the other, exactly as if each had come alone: two orders of one buyer in
+// a batch meet the per-buyer limit, a retry of an order in the same batch
+// is a replay. A lone caller never waits for company, so batching costs it
+// nothing; under a crowd one script call serves many buyers, with one
+// HMGET, one TIME, one HSET and one ZADD inside however many orders it
+// carries.
+//
+// A call whose context ends while it waits leaves the queue and its order
+// is never sent. A call whose order is already in flight returns the
+// context's error without knowing the outcome, like any call whose reply
+// is lost: retry the order with its id to learn it. If the call sending a
+// batch gives up, the others in it send their orders again, which is safe
+// because a reserved order is replayed, never reserved twice (such a
+// retry may report Replayed for an order its own first attempt reserved).
+//
 // Confirm, Cancel and the sweep each decide in one script on the bucket
 // that holds the order's units, each only from the held state: exactly one
 // of them ends a hold. A Confirm after the deadline returns the hold
@@ -53,9 +75,10 @@
 //	surge:stock:{T}:due      zset   order id -> deadline ms of a hold (or claim) to end
 //	surge:stock:{T}:outbox   list   "order|home|state|from": outcomes a home bucket must still apply
 //
-// Counters, orders and buyers share the hash so that a reservation reads
-// everything it decides on with one HMGET and writes it with one HSET; its
-// common path is four commands inside the script (HMGET, TIME, HSET, ZADD).
+// Counters, orders and buyers share the hash so that a batch of
+// reservations reads everything it decides on with one HMGET and writes it
+// with one HSET; its common path is four commands inside the script
+// (HMGET, TIME, HSET, ZADD), however many orders it carries.
 // All three keys are created by Create with the item's expiry (Item.TTL, 30
 // days by default), the list and the zset with an empty placeholder, so
 // that no later script ever creates a key without a TTL. An order's state

@@ -58,8 +58,9 @@ type Reservation struct {
 	Deadline time.Time
 	// Bucket is the index of the bucket holding the units.
 	Bucket int
-	// Replayed is true when the order had been reserved by an earlier call:
-	// this call deducted nothing and returns that reservation.
+	// Replayed is true when the order had been reserved by an earlier call
+	// (or by an earlier attempt of this one, whose reply was lost): this
+	// attempt deducted nothing and returns that reservation.
 	Replayed bool
 }
 
@@ -92,6 +93,11 @@ func checkOrder(item string, o Order) error {
 // that was reserved returns its Reservation with Replayed set and deducts
 // nothing; a retry of one whose reservation failed half-way (with buckets)
 // finishes it.
+//
+// Concurrent calls for the same bucket are sent together in one script
+// call (see the package documentation); each is still decided on its own.
+// If ctx ends after the order was sent, the error wraps ctx.Err() and the
+// order may have been reserved: retry it with the same ID.
 func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservation, error) {
 	if err := checkOrder(item, o); err != nil {
 		return Reservation{}, err
@@ -111,34 +117,32 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservation, error) {
 	l := c.layoutFor(item, c.bucketCount(item))
 	h := home(o.Buyer, l.n)
-	args := append(reserveScript.Args(3, 8), l.buckets[h].keys[:]...)
-	args = append(args, o.ID, o.Buyer, o.Quantity, o.Hold.Milliseconds(), l.n)
-	res, err := c.call(ctx, item, reserveScript, args)
+	res, err := c.reserveHome(ctx, item, l, h, o)
 	if err != nil {
 		return Reservation{}, err
 	}
 	r := Reservation{OrderID: o.ID, Quantity: o.Quantity}
-	switch {
-	case res[0] == codeReserved && len(res) == 3:
+	switch res[0] {
+	case codeReserved:
 		r.State, r.Deadline, r.Bucket = Held, msTime(res[1]), int(res[2])
 		return r, nil
-	case res[0] == codeReplayed && len(res) == 4:
+	case codeReplayed:
 		r.Deadline, r.Bucket, r.State, r.Replayed = msTime(res[1]), int(res[2]), State(res[3]), true
 		return r, nil
-	case res[0] == codeEmpty:
+	case codeEmpty:
 		c.markSoldOut(item)
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
-	case res[0] == codeBuyerLimit && len(res) == 2:
+	case codeBuyerLimit:
 		return Reservation{}, fmt.Errorf("%w: buyer %q has %d", ErrBuyerLimit, o.Buyer, res[1])
-	case res[0] == codeOrderTaken:
+	case codeOrderTaken:
 		return Reservation{}, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID)
-	case res[0] == codePending && len(res) == 2:
+	case codePending:
 		// Another call claimed the units and no bucket holds them yet:
 		// it is still at work, or it failed mid-way. Resuming is safe (the
 		// other buckets know the order by its id, and the first settle
 		// wins), and spares the buyer a wait until the claim's deadline.
 		return c.reserveElsewhere(ctx, item, l, h, o, res[1], true)
-	case res[0] == codeClaimed && len(res) == 2:
+	case codeClaimed:
 		return c.reserveElsewhere(ctx, item, l, h, o, res[1], false)
 	}
 	return Reservation{}, fmt.Errorf("stock: reserve %q: unexpected reply %v", item, res)

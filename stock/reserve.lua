@@ -1,15 +1,15 @@
--- reserve.lua: reserve units of an item for an order, on the buyer's home
--- bucket, in one step: replay a known order, check the per-buyer limit,
--- check the stock, deduct, and hold the units until a deadline.
+-- reserve.lua: reserve units for a batch of orders whose buyers have their
+-- home on this bucket. Each order is decided in turn, exactly as if it had
+-- been sent alone after the ones before it: replay a known order, check the
+-- per-buyer limit, check the stock, deduct, and hold the units until a
+-- deadline.
 --
 -- KEYS     the bucket's three keys (records.lua)
--- ARGV[1]  order id
--- ARGV[2]  buyer
--- ARGV[3]  quantity (> 0)
--- ARGV[4]  hold in milliseconds (> 0)
--- ARGV[5]  the number of buckets the caller routed with
+-- ARGV[1]  the number of buckets the caller routed with
+-- then four arguments per order: order id, buyer, quantity (> 0), hold in
+-- milliseconds (> 0)
 --
--- Reply, an array of integers:
+-- Reply: four integers per order, in the orders' order, zero-padded:
 --   {1, deadline, bucket}         reserved: the units are held in this bucket
 --                                 until deadline (ms, Redis clock)
 --   {2, deadline, bucket, state}  the order was reserved before; nothing
@@ -29,71 +29,149 @@
 --                                 take them from another bucket (take.lua)
 --                                 and settle the claim here (settle.lua)
 --   {-6, n} / {-7}                route again with n buckets / no such item
+--                                 (every order gets it)
 --
--- The order record is checked first, so a retry of an order that got its
--- units is answered with them even when the item has sold out since. The
--- common path is four calls (HMGET, TIME, HSET, ZADD) and builds none of
--- the records.lua helpers.
-local order, buyer, q = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local s = redis.call('HMGET', KEYS[1], 'n', 'k', 'limit', 'available', 'held', 'o:' .. order, 'b:' .. buyer)
-if not s[1] then
-  return {-7}
-end
-if s[1] ~= ARGV[5] then
-  return {-6, tonumber(s[1])}
-end
+-- Why batches: concurrent Reserve calls on one bucket are sent together
+-- (batch.go), and on a busy server each redis.call costs microseconds. The
+-- script reads everything the whole batch decides on with one HMGET and,
+-- on the common path, writes it with one HSET and one ZADD: four calls
+-- (with TIME) for one order or for sixty-four. It builds none of the
+-- records.lua helpers unless an order is replayed or holds must be swept.
+--
+-- An order's record is checked first, so a retry of an order that got its
+-- units is answered with them even when the item has sold out since.
+local routed = ARGV[1]
+local count = (#ARGV - 1) / 4
 
-if s[6] then
-  local R = records()
-  local r = R.decode(s[6])
-  if r.buyer ~= buyer or r.q ~= q then
-    return {-3}
+-- fields[6..] are the batch's order records and buyer counts: 'o:'..id at
+-- 6+2i, 'b:'..buyer at 7+2i for order i (from 0).
+local fields = {'n', 'k', 'limit', 'available', 'held'}
+for i = 0, count - 1 do
+  fields[6 + 2 * i] = 'o:' .. ARGV[2 + 4 * i]
+  fields[7 + 2 * i] = 'b:' .. ARGV[3 + 4 * i]
+end
+local s = redis.call('HMGET', KEYS[1], unpack(fields))
+
+local reply = {}
+local function answer(a, b, c, d)
+  local at = #reply
+  reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = a, b or 0, c or 0, d or 0
+end
+if not s[1] or s[1] ~= routed then
+  for _ = 1, count do
+    if s[1] then answer(-6, tonumber(s[1])) else answer(-7) end
   end
-  if r.st == R.CLAIMED then
-    return {-4, r.deadline}
-  end
-  return {2, r.deadline, r.stock, R.STATE_CODE[r.st]}
+  return reply
 end
 
 local self, limit = tonumber(s[2]), tonumber(s[3])
-local available, held, used = tonumber(s[4]), tonumber(s[5]), tonumber(s[7]) or 0
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if held > 0 and (available < q or (limit > 0 and used + q > limit)) then
-  -- Holds that ran out count as held until swept. Sweep a few here, so
-  -- their units (and their buyers' allowances) come back without waiting
-  -- for Sweep.
-  local units, claims = records().sweep(now, 16, self, limit)
-  if units + claims > 0 then
-    s = redis.call('HMGET', KEYS[1], 'available', 'held', 'b:' .. buyer)
-    available, held, used = tonumber(s[1]), tonumber(s[2]), tonumber(s[3]) or 0
+local available, held
+-- val is the batch's view of its fields (false: absent), kept current as
+-- orders are decided. v holds available and held at 4-d and 5-d, and
+-- fields[i] at i-d.
+local val = {}
+local function load(v, d)
+  available, held = tonumber(v[4 - d]), tonumber(v[5 - d])
+  for i = 6, #fields do
+    val[fields[i]] = v[i - d]
   end
 end
-if limit > 0 and used + q > limit then
-  return {-2, used}
+load(s, 0)
+
+-- hset and zadd collect the batch's writes. A field written twice (two
+-- orders of one buyer) appears twice; HSET keeps the last value.
+local hset, zadd = {'available', 0, 'held', 0}, {}
+local function set(f, v)
+  val[f] = v
+  hset[#hset + 1] = f
+  hset[#hset + 1] = v
+end
+local function flush()
+  if #hset > 4 then
+    hset[2], hset[4] = available, held
+    redis.call('HSET', KEYS[1], unpack(hset))
+    hset = {'available', 0, 'held', 0}
+  end
+  if #zadd > 0 then
+    redis.call('ZADD', KEYS[2], unpack(zadd))
+    zadd = {}
+  end
 end
 
-local deadline = now + tonumber(ARGV[4])
-local state, stock = 'H', self
-if available >= q then
-  available, held = available - q, held + q
-elseif ARGV[5] == '1' then
-  return {-1}
-else
-  -- Claim the units against the buyer here, where the limit is kept,
-  -- before another bucket hands them out. If the caller never settles the
-  -- claim, it ends at the deadline like a hold.
-  state, stock = 'P', -1
+-- deadlines caches the deadline string of each hold in the batch.
+local now, drained, deadlines = nil, nil, {}
+local function decide(i)
+  local order, buyer, qs = ARGV[2 + 4 * i], ARGV[3 + 4 * i], ARGV[4 + 4 * i]
+  local ofield, bfield = fields[6 + 2 * i], fields[7 + 2 * i]
+  local q = tonumber(qs)
+  local known = val[ofield]
+  if known then
+    local R = records()
+    local r = R.decode(known)
+    if r.buyer ~= buyer or r.q ~= q then
+      return answer(-3)
+    end
+    if r.st == R.CLAIMED then
+      return answer(-4, r.deadline)
+    end
+    return answer(2, r.deadline, r.stock, R.STATE_CODE[r.st])
+  end
+
+  if not now then
+    local t = redis.call('TIME')
+    now = t[1] * 1000 + math.floor(t[2] / 1000)
+  end
+  local used = tonumber(val[bfield]) or 0
+  if not drained and held > 0 and (available < q or (limit > 0 and used + q > limit)) then
+    -- Holds that ran out count as held until swept. Sweep a few here, so
+    -- their units (and their buyers' allowances) come back without waiting
+    -- for Sweep. The sweep works on Redis, so the batch's view is written
+    -- first and read again after.
+    flush()
+    local units, claims = records().sweep(now, 16, self, limit)
+    if units + claims > 0 then
+      load(redis.call('HMGET', KEYS[1], 'available', 'held', select(6, unpack(fields))), 3)
+      used = tonumber(val[bfield]) or 0
+    else
+      drained = true
+    end
+  end
+  if limit > 0 and used + q > limit then
+    return answer(-2, used)
+  end
+
+  local hold = ARGV[5 + 4 * i]
+  local deadline = deadlines[hold]
+  if not deadline then
+    deadline = string.format('%d', now + tonumber(hold))
+    deadlines[hold] = deadline
+  end
+  local state, stock = 'H', self
+  if available >= q then
+    available, held = available - q, held + q
+  elseif routed == '1' then
+    return answer(-1)
+  else
+    -- Claim the units against the buyer here, where the limit is kept,
+    -- before another bucket hands them out. If the caller never settles the
+    -- claim, it ends at the deadline like a hold.
+    state, stock = 'P', -1
+  end
+  -- The record format is records.lua's encode(), written out here.
+  set(ofield, state .. '|' .. qs .. '|' .. stock .. '|' .. s[2] .. '|' .. deadline .. '|' .. buyer)
+  if limit > 0 then
+    set(bfield, used + q)
+  end
+  zadd[#zadd + 1] = deadline
+  zadd[#zadd + 1] = order
+  if state == 'P' then
+    return answer(-5, tonumber(deadline))
+  end
+  return answer(1, tonumber(deadline), self)
 end
--- The record format is records.lua's encode(), written out here.
-local rec = state .. '|' .. ARGV[3] .. '|' .. stock .. '|' .. self .. '|' .. string.format('%d', deadline) .. '|' .. buyer
-if limit > 0 then
-  redis.call('HSET', KEYS[1], 'available', available, 'held', held, 'o:' .. order, rec, 'b:' .. buyer, used + q)
-else
-  redis.call('HSET', KEYS[1], 'available', available, 'held', held, 'o:' .. order, rec)
+
+for i = 0, count - 1 do
+  decide(i)
 end
-redis.call('ZADD', KEYS[2], deadline, order)
-if state == 'P' then
-  return {-5, deadline}
-end
-return {1, deadline, self}
+flush()
+return reply

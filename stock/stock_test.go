@@ -56,19 +56,6 @@ func wantLevels(t *testing.T, c *Counter, item string, want Levels) {
 	}
 }
 
-// waitFor polls cond until it holds or the limit passes: a bounded wait on
-// a condition, for tests where Redis's clock must move on.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestCreateIsIdempotentAndKeepsTheStock(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
@@ -249,7 +236,7 @@ func TestExpiredHoldsComeBack(t *testing.T) {
 			t.Fatalf("%v, want ErrSoldOut while all is held", err)
 		}
 		// Wait for Redis's clock to pass the deadlines.
-		waitFor(t, 5*time.Second, "Redis's clock to pass the deadlines", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "Redis's clock to pass the deadlines", func() bool {
 			now, err := rdb.Time(ctx).Result()
 			return err == nil && now.After(deadline)
 		})
@@ -283,7 +270,7 @@ func TestReserveReturnsExpiredHoldsItFinds(t *testing.T) {
 			t.Fatal(err)
 		}
 		// No Sweep runs: the next reservation after the deadline gets the unit.
-		waitFor(t, 5*time.Second, "the hold to expire", func() bool {
+		redistest.WaitFor(t, 5*time.Second, "the hold to expire", func() bool {
 			_, err := c.Reserve(ctx, item, order("o2", "bob"))
 			if err != nil && !errors.Is(err, ErrSoldOut) {
 				t.Fatal(err)

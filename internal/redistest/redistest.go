@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -185,4 +186,18 @@ func SingleAddr(tb testing.TB) string {
 		tb.Skipf("redistest: real redis unavailable (%v)", startErr)
 	}
 	return single.Addr
+}
+
+// WaitFor polls cond until it holds, and fails the test if limit passes
+// first: a bounded wait on a condition, for tests that must see another
+// goroutine reach a point, or Redis's clock move on.
+func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -1,0 +1,189 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+// waiting returns how many Reserve calls wait on the batcher of item's
+// single bucket.
+func waiting(c *Counter, item string) int {
+	v, ok := c.batchers.Load(c.layoutFor(item, 1).buckets[0].keys[0].(string))
+	if !ok {
+		return 0
+	}
+	b := v.(*batcher)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, p := range b.pending {
+		if p.state == queued {
+			n++
+		}
+	}
+	return n
+}
+
+// holdFirstReserve pauses the next reserve script call at the client, and
+// returns its rule and a channel that reports the paused Reserve's error.
+func holdFirstReserve(t *testing.T, f *redistest.Faults, c *Counter, item string, o Order) (*redistest.Rule, <-chan error) {
+	t.Helper()
+	rule := f.On(redistest.Script(reserveScript.Hash())).Hold().Times(1)
+	t.Cleanup(rule.Release)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Reserve(context.Background(), item, o)
+		done <- err
+	}()
+	redistest.WaitFor(t, 10*time.Second, "the first reserve to be in flight", func() bool { return rule.Hits() == 1 })
+	return rule, done
+}
+
+// warm loads the scripts, so that every later reserve is one EVALSHA.
+func warm(t *testing.T, c *Counter, item string) {
+	t.Helper()
+	if _, err := c.Reserve(context.Background(), item, order("warm", "warm")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type outcome struct {
+	r   Reservation
+	err error
+}
+
+func TestCallsThatArriveDuringAReserveGoTogetherInTheNext(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		item := newItem(t, c, Item{Total: 100, PerBuyer: 1})
+		warm(t, c, item)
+		first, firstDone := holdFirstReserve(t, f, c, item, order("first", "ann"))
+
+		// Ten calls queue behind it: two of one buyer, and one order sent
+		// twice. Decided one after the other in one script call, exactly
+		// one of each pair may win.
+		orders := []Order{order("dup", "bob"), order("dup", "bob"), order("c1", "cat"), order("c2", "cat")}
+		for i := range 6 {
+			orders = append(orders, order(fmt.Sprint("o", i), fmt.Sprint("buyer", i)))
+		}
+		results := make(chan outcome, len(orders))
+		for i, o := range orders {
+			go func() {
+				r, err := c.Reserve(context.Background(), item, o)
+				results <- outcome{r, err}
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return waiting(c, item) == i+1 })
+		}
+		first.Release()
+		if err := <-firstDone; err != nil {
+			t.Fatal(err)
+		}
+		var reserved, replayed, overLimit int
+		for range orders {
+			o := <-results
+			switch {
+			case o.err == nil && o.r.Replayed:
+				replayed++
+			case o.err == nil:
+				reserved++
+			case errors.Is(o.err, ErrBuyerLimit):
+				overLimit++
+			default:
+				t.Errorf("Reserve: %v", o.err)
+			}
+		}
+		if reserved != 8 || replayed != 1 || overLimit != 1 {
+			t.Fatalf("reserved %d, replayed %d, over the limit %d; want 8, 1, 1", reserved, replayed, overLimit)
+		}
+		if calls := first.Hits(); calls != 2 {
+			t.Fatalf("%d reserve script calls for the held one and the ten behind it, want 2", calls)
+		}
+		wantLevels(t, c, item, Levels{Total: 100, Available: 90, Held: 10})
+	})
+}
+
+func TestACallThatGivesUpInTheQueueLeavesNoTrace(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		item := newItem(t, c, Item{Total: 10, PerBuyer: 1})
+		warm(t, c, item)
+		first, firstDone := holdFirstReserve(t, f, c, item, order("first", "ann"))
+
+		ctx, cancel := context.WithCancel(context.Background())
+		gaveUp := make(chan error, 1)
+		go func() {
+			_, err := c.Reserve(ctx, item, order("quitter", "bob"))
+			gaveUp <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the call to queue", func() bool { return waiting(c, item) == 1 })
+		cancel()
+		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Reserve whose context ended in the queue: %v, want context.Canceled", err)
+		}
+		if n := waiting(c, item); n != 0 {
+			t.Fatalf("%d calls still queued", n)
+		}
+		first.Release()
+		if err := <-firstDone; err != nil {
+			t.Fatal(err)
+		}
+		// The order never reached Redis: reserving it now is its first time.
+		r, err := c.Reserve(context.Background(), item, order("quitter", "bob"))
+		if err != nil || r.Replayed {
+			t.Fatalf("Reserve after giving up: %+v %v, want a fresh reservation", r, err)
+		}
+		wantLevels(t, c, item, Levels{Total: 10, Available: 7, Held: 3})
+	})
+}
+
+func TestABatchWhoseSenderGivesUpIsSentAgainByTheOthers(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		item := newItem(t, c, Item{Total: 10, PerBuyer: 1})
+		warm(t, c, item)
+		first, firstDone := holdFirstReserve(t, f, c, item, order("first", "ann"))
+		second := f.On(redistest.Script(reserveScript.Hash())).Hold().Times(1)
+		t.Cleanup(second.Release)
+
+		// The next batch is sent by the first call queued, the sender, with
+		// its own context; the other two ride along.
+		ctx, cancel := context.WithCancel(context.Background())
+		senderDone := make(chan error, 1)
+		go func() {
+			_, err := c.Reserve(ctx, item, order("sender", "bob"))
+			senderDone <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the sender to queue", func() bool { return waiting(c, item) == 1 })
+		riders := make(chan outcome, 2)
+		for i := range 2 {
+			go func() {
+				r, err := c.Reserve(context.Background(), item, order(fmt.Sprint("rider", i), fmt.Sprint("rider", i)))
+				riders <- outcome{r, err}
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the riders to queue", func() bool { return waiting(c, item) == 2+i })
+		}
+		first.Release()
+		if err := <-firstDone; err != nil {
+			t.Fatal(err)
+		}
+		redistest.WaitFor(t, 10*time.Second, "the second batch to be in flight", func() bool { return second.Hits() == 1 })
+		cancel()
+		if err := <-senderDone; !errors.Is(err, context.Canceled) {
+			t.Fatalf("sender: %v, want context.Canceled", err)
+		}
+		for range 2 {
+			if o := <-riders; o.err != nil || o.r.State != Held {
+				t.Fatalf("rider: %+v %v, want reserved", o.r, o.err)
+			}
+		}
+		wantLevels(t, c, item, Levels{Total: 10, Available: 6, Held: 4})
+	})
+}
