@@ -1,0 +1,283 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/hashtag"
+	"github.com/surgekit/surge/internal/script"
+)
+
+// RedisClient is what a Limiter needs from a go-redis client: running its
+// scripts. *redis.Client, *redis.ClusterClient and *redis.Ring satisfy it,
+// as does every redis.UniversalClient.
+type RedisClient interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+var (
+	_ RedisClient = (*redis.Client)(nil)
+	_ RedisClient = (*redis.ClusterClient)(nil)
+	_ RedisClient = (*redis.Ring)(nil)
+	_ RedisClient = redis.UniversalClient(nil)
+)
+
+//go:embed allow.lua
+var allowLua string
+
+var allowScript = script.New(allowLua)
+
+// Limiter decides requests against limits kept in Redis. It is safe for
+// concurrent use; create one per process and share it.
+type Limiter struct {
+	rdb    RedisClient
+	prefix string
+	// clock, when set, replaces Redis TIME in the decisions: tests pin it
+	// to check exact behaviour on a real server.
+	clock func() time.Time
+}
+
+// New returns a Limiter that keeps its counters in rdb.
+func New(rdb RedisClient, opts ...Option) (*Limiter, error) {
+	if isNil(rdb) {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	}
+	cfg := config{prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Limiter{rdb: rdb, prefix: cfg.prefix}, nil
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// Result is a limit's verdict on one request.
+type Result struct {
+	// Allowed reports whether the request was admitted. In a Decision it
+	// is this limit's own verdict: a request this limit would admit is
+	// still refused if another check refuses it.
+	Allowed bool
+	// Limit is the limit that decided.
+	Limit Limit
+	// Remaining is how many more requests of cost 1 the limit would admit
+	// right now, after this one.
+	Remaining int64
+	// RetryAfter is how long until a request of the same cost would be
+	// admitted: zero when it was.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limit is back to full (Remaining
+	// at its burst) if no request comes.
+	ResetAfter time.Duration
+}
+
+// Check is one limit of an AllowAll call: Limit applied to the requests
+// counted under Key.
+type Check struct {
+	Key   string
+	Limit Limit
+}
+
+// Decision is the verdict of AllowAll.
+type Decision struct {
+	// Allowed is true only if every limit admitted the request; otherwise
+	// none of them counted it.
+	Allowed bool
+	// Results holds each check's own verdict, in the order given: those
+	// that refused have Allowed false and a RetryAfter.
+	Results []Result
+}
+
+// Strictest returns the result that binds: when denied, the refusing
+// limit with the longest RetryAfter; when allowed, the one with the fewest
+// Remaining. HTTP headers report it.
+func (d Decision) Strictest() Result {
+	var best Result
+	for i, r := range d.Results {
+		switch {
+		case i == 0:
+			best = r
+		case !d.Allowed:
+			if !r.Allowed && (best.Allowed || r.RetryAfter > best.RetryAfter) {
+				best = r
+			}
+		case r.Remaining < best.Remaining:
+			best = r
+		}
+	}
+	best.Allowed = d.Allowed
+	return best
+}
+
+// Allow takes one request from key's allowance under limit and reports
+// whether it was admitted. A refused request takes nothing.
+func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
+	return l.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN is Allow for a request that costs n (1 <= n <= the limit's
+// burst).
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Result, error) {
+	d, err := l.decide(ctx, true, n, Check{Key: key, Limit: limit})
+	if err != nil {
+		return Result{}, err
+	}
+	return d.Results[0], nil
+}
+
+// Peek reports what Allow would answer now without taking anything:
+// Remaining is what is left before the request.
+func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
+	d, err := l.decide(ctx, false, 1, Check{Key: key, Limit: limit})
+	if err != nil {
+		return Result{}, err
+	}
+	return d.Results[0], nil
+}
+
+// AllowAll decides a request of cost n against several limits in one
+// atomic step: it is admitted only if every check admits it, and if any
+// refuses, none of them counts it. Typical: 10 a second and 1000 an hour
+// per user, and 100 a second for the endpoint.
+//
+// All the checks' keys must hash to one Redis Cluster slot, even on a
+// single server (so that code tested there works on a cluster): give them
+// a common hash tag, as in "{/search}:user:42" and "{/search}". A key
+// without braces is its own tag.
+func (l *Limiter) AllowAll(ctx context.Context, n int64, checks ...Check) (Decision, error) {
+	return l.decide(ctx, true, n, checks...)
+}
+
+// Reset forgets key's history under limit: its next request finds the
+// full allowance.
+func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
+	if err := limit.check(); err != nil {
+		return err
+	}
+	k, err := l.key(key, limit)
+	if err != nil {
+		return err
+	}
+	if err := l.rdb.Process(ctx, redis.NewIntCmd(ctx, "del", k)); err != nil {
+		return fmt.Errorf("ratelimit: reset %q: %w", key, err)
+	}
+	return nil
+}
+
+// key returns the Redis key of key's counter under limit. A key that
+// carries its own hash tag ({...}) keeps it; any other is its own tag.
+func (l *Limiter) key(key string, limit Limit) (string, error) {
+	if key == "" {
+		return "", fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		j := strings.IndexByte(key[i+1:], '}')
+		if j <= 0 {
+			return "", fmt.Errorf("%w: key %q has a '{' but no non-empty {tag}", ErrInvalid, key)
+		}
+		return l.prefix + key + ":" + limit.id(), nil
+	}
+	return hashtag.Key(l.prefix, key, ":"+limit.id()), nil
+}
+
+func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...Check) (Decision, error) {
+	if len(checks) == 0 {
+		return Decision{}, fmt.Errorf("%w: no limits to check", ErrInvalid)
+	}
+	if n < 1 {
+		return Decision{}, fmt.Errorf("%w: cost %d must be at least 1", ErrInvalid, n)
+	}
+	keys := make([]string, len(checks))
+	slot := -1
+	needToken := false
+	for i, c := range checks {
+		if err := c.Limit.check(); err != nil {
+			return Decision{}, err
+		}
+		if n > c.Limit.burst() {
+			return Decision{}, fmt.Errorf("%w: cost %d exceeds %v: it could never pass", ErrInvalid, n, c.Limit)
+		}
+		k, err := l.key(c.Key, c.Limit)
+		if err != nil {
+			return Decision{}, err
+		}
+		for _, prev := range keys[:i] {
+			if prev == k {
+				return Decision{}, fmt.Errorf("%w: limit %v on key %q given twice", ErrInvalid, c.Limit, c.Key)
+			}
+		}
+		if s := hashtag.Slot(k); slot < 0 {
+			slot = s
+		} else if s != slot {
+			return Decision{}, fmt.Errorf("%w: keys %q and %q hash to different cluster slots: give them a common {tag}", ErrInvalid, checks[0].Key, c.Key)
+		}
+		keys[i] = k
+		needToken = needToken || c.Limit.Algorithm == SlidingLog
+	}
+
+	args := allowScript.Args(len(checks), len(checks)*6+3)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	now := ""
+	if l.clock != nil {
+		now = strconv.FormatInt(l.clock().UnixMicro(), 10)
+	}
+	mode := "0"
+	if consume {
+		mode = "1"
+	}
+	token := ""
+	if needToken {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		token = hex.EncodeToString(b[:])
+	}
+	args = append(args, now, mode, token)
+	for _, c := range checks {
+		args = append(args, c.Limit.Algorithm.code(), c.Limit.Rate, c.Limit.Period.Microseconds(), c.Limit.burst(), n)
+	}
+	res, err := allowScript.Ints(ctx, l.rdb, args)
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratelimit: %q: %w", checks[0].Key, err)
+	}
+	if len(res) != 4*len(checks) {
+		return Decision{}, fmt.Errorf("ratelimit: %q: unexpected reply %v", checks[0].Key, res)
+	}
+	d := Decision{Allowed: true, Results: make([]Result, len(checks))}
+	for i, c := range checks {
+		r := res[4*i : 4*i+4]
+		d.Results[i] = Result{
+			Allowed:    r[0] == 1,
+			Limit:      c.Limit,
+			Remaining:  r[1],
+			RetryAfter: time.Duration(r[2]) * time.Microsecond,
+			ResetAfter: time.Duration(r[3]) * time.Microsecond,
+		}
+		d.Allowed = d.Allowed && r[0] == 1
+	}
+	return d, nil
+}

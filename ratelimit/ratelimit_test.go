@@ -1,0 +1,374 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+// pinned is a clock a test moves by hand.
+type pinned struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (p *pinned) now() time.Time { p.mu.Lock(); defer p.mu.Unlock(); return p.t }
+func (p *pinned) add(d time.Duration) {
+	p.mu.Lock()
+	p.t = p.t.Add(d)
+	p.mu.Unlock()
+}
+
+// newPinned returns a Limiter whose decisions use a clock the test moves,
+// starting at a whole second (so that aligned windows start there too).
+func newPinned(t *testing.T, b *redistest.Backend) (*Limiter, *pinned) {
+	t.Helper()
+	l := newLimiter(t, b.Client(t))
+	clock := &pinned{t: time.Now().Truncate(time.Second)}
+	l.clock = clock.now
+	return l, clock
+}
+
+func newLimiter(t *testing.T, rdb RedisClient, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustAllow(t *testing.T, l *Limiter, key string, limit Limit, n int64) Result {
+	t.Helper()
+	r, err := l.AllowN(context.Background(), key, limit, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestGCRAAdmitsExactlyTheBurstAtAFrozenClock(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, limit := range []Limit{PerSecond(1), PerSecond(7), PerSecond(10), PerSecond(100), PerMinute(7), PerHour(1000).WithBurst(3)} {
+			l, _ := newPinned(t, b)
+			key := redistest.Key(t)
+			burst := limit.burst()
+			for i := int64(1); i <= burst; i++ {
+				r := mustAllow(t, l, key, limit, 1)
+				if !r.Allowed || r.Remaining != burst-i || r.RetryAfter != 0 {
+					t.Fatalf("%v: request %d: %+v, want allowed with %d remaining", limit, i, r, burst-i)
+				}
+			}
+			// The next one must wait exactly one emission interval,
+			// Period/Rate, rounded up to the microsecond.
+			interval := (limit.Period.Microseconds() + limit.Rate - 1) / limit.Rate
+			r := mustAllow(t, l, key, limit, 1)
+			if r.Allowed || r.Remaining != 0 || r.RetryAfter != time.Duration(interval)*time.Microsecond {
+				t.Fatalf("%v: request %d: %+v, want denied, retry after %dµs", limit, burst+1, r, interval)
+			}
+			if want := time.Duration(burst*limit.Period.Microseconds()/limit.Rate) * time.Microsecond; r.ResetAfter < want || r.ResetAfter > want+time.Microsecond {
+				t.Fatalf("%v: reset after %v, want %v", limit, r.ResetAfter, want)
+			}
+		}
+	})
+}
+
+func TestGCRAIsExactOverTime(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l, clock := newPinned(t, b)
+		key := redistest.Key(t)
+		limit := PerMinute(7)
+		// A request every 100 ms for ten minutes: 7 at once, then one
+		// every 60/7 s, the 70th at exactly 600 s.
+		admitted := 0
+		for step := 0; step <= 6000; step++ {
+			if mustAllow(t, l, key, limit, 1).Allowed {
+				admitted++
+			}
+			clock.add(100 * time.Millisecond)
+		}
+		if admitted != 77 {
+			t.Fatalf("admitted %d in 600 s at 7/min with burst 7, want 77", admitted)
+		}
+	})
+}
+
+func TestGCRARetryAfterIsWhenTheRequestPasses(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l, clock := newPinned(t, b)
+		key := redistest.Key(t)
+		limit := PerSecond(3).WithBurst(5)
+		mustAllow(t, l, key, limit, 5)
+		r := mustAllow(t, l, key, limit, 2)
+		if r.Allowed {
+			t.Fatal("a cost of 2 passed an empty bucket")
+		}
+		clock.add(r.RetryAfter - time.Microsecond)
+		if mustAllow(t, l, key, limit, 2).Allowed {
+			t.Fatalf("admitted a microsecond before RetryAfter %v", r.RetryAfter)
+		}
+		clock.add(time.Microsecond)
+		if !mustAllow(t, l, key, limit, 2).Allowed {
+			t.Fatalf("denied at RetryAfter %v", r.RetryAfter)
+		}
+	})
+}
+
+func TestPeekTakesNothingAndResetForgets(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		for _, alg := range []Algorithm{GCRA, FixedWindow, SlidingLog, SlidingWindow} {
+			l, _ := newPinned(t, b)
+			key := redistest.Key(t)
+			limit := PerMinute(3).Using(alg)
+			mustAllow(t, l, key, limit, 2)
+			for range 3 {
+				r, err := l.Peek(ctx, key, limit)
+				if err != nil || !r.Allowed || r.Remaining != 1 {
+					t.Fatalf("%v: Peek: %+v %v, want allowed with 1 remaining", limit, r, err)
+				}
+			}
+			mustAllow(t, l, key, limit, 1)
+			if r, err := l.Peek(ctx, key, limit); err != nil || r.Allowed || r.RetryAfter <= 0 {
+				t.Fatalf("%v: Peek when full: %+v %v, want denied with a RetryAfter", limit, r, err)
+			}
+			if err := l.Reset(ctx, key, limit); err != nil {
+				t.Fatal(err)
+			}
+			if r := mustAllow(t, l, key, limit, 1); !r.Allowed || r.Remaining != 2 {
+				t.Fatalf("%v: after Reset: %+v, want allowed with 2 remaining", limit, r)
+			}
+		}
+	})
+}
+
+func TestEveryAlgorithmAdmitsExactlyItsRateUnderContention(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l := newLimiter(t, b.Client(t))
+		for _, limit := range []Limit{PerHour(50), PerHour(50).Using(FixedWindow), PerHour(50).Using(SlidingLog), PerHour(50).Using(SlidingWindow)} {
+			key := redistest.Key(t)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 10 {
+						r, err := l.Allow(context.Background(), key, limit)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			// The sliding window counts the previous window too, which is
+			// empty here; an hour cannot pass during the test.
+			if n := admitted.Load(); n != 50 {
+				t.Fatalf("%v: admitted %d of 160 concurrent requests, want 50", limit, n)
+			}
+		}
+	})
+}
+
+func TestFixedWindowKeysAlwaysHaveATTL(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		l := newLimiter(t, rdb)
+		key := redistest.Key(t)
+		limit := PerMinute(5).Using(FixedWindow)
+		mustAllow(t, l, key, limit, 1)
+		k, _ := l.key(key, limit)
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("a new window's key has TTL %v, want up to a minute", ttl)
+		}
+		// Someone else's INCR re-created the key without a TTL, far over
+		// the limit: the stuck-blacklist bug. The next decision heals it.
+		rdb.Del(ctx, k)
+		rdb.IncrBy(ctx, k, 1000)
+		if r := mustAllow(t, l, key, limit, 1); r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > time.Minute {
+			t.Fatalf("over the limit: %+v, want denied until the window ends", r)
+		}
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("a key without TTL was left with TTL %v, want up to a minute", ttl)
+		}
+	})
+}
+
+func TestFixedWindowOpensAgainWhenItsKeyExpires(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l := newLimiter(t, b.Client(t))
+		key := redistest.Key(t)
+		limit := Per(2, 200*time.Millisecond).Using(FixedWindow)
+		mustAllow(t, l, key, limit, 2)
+		r := mustAllow(t, l, key, limit, 1)
+		if r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > 200*time.Millisecond {
+			t.Fatalf("third in a window of 2: %+v", r)
+		}
+		if m := b.Miniredis(); m != nil {
+			m.FastForward(r.RetryAfter)
+		}
+		redistest.WaitFor(t, 5*time.Second, "the window to end", func() bool {
+			return mustAllow(t, l, key, limit, 1).Allowed
+		})
+	})
+}
+
+func TestSlidingLogIsExact(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l, clock := newPinned(t, b)
+		key := redistest.Key(t)
+		limit := PerSecond(3).Using(SlidingLog)
+		for range 3 {
+			if !mustAllow(t, l, key, limit, 1).Allowed {
+				t.Fatal("denied within the rate")
+			}
+			clock.add(100 * time.Millisecond)
+		}
+		clock.add(200 * time.Millisecond) // t = 0.5 s
+		r := mustAllow(t, l, key, limit, 1)
+		if r.Allowed || r.RetryAfter != 500*time.Millisecond {
+			t.Fatalf("fourth at 0.5 s: %+v, want denied until the first leaves at 1 s", r)
+		}
+		clock.add(r.RetryAfter)
+		if r := mustAllow(t, l, key, limit, 1); !r.Allowed || r.Remaining != 0 {
+			t.Fatalf("at 1 s: %+v, want allowed with 0 remaining", r)
+		}
+	})
+}
+
+func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l, clock := newPinned(t, b)
+		key := redistest.Key(t)
+		limit := PerSecond(10).Using(SlidingWindow)
+		mustAllow(t, l, key, limit, 10)
+		clock.add(1500 * time.Millisecond)
+		// Half of the previous window's 10 still counts: 5 pass.
+		for i := range 5 {
+			if r := mustAllow(t, l, key, limit, 1); !r.Allowed || r.Remaining != int64(4-i) {
+				t.Fatalf("request %d at 1.5 s: %+v", i+1, r)
+			}
+		}
+		r := mustAllow(t, l, key, limit, 1)
+		// 5 + 10×(1-e) + 1 <= 10 once e >= 0.6 s into the window.
+		if r.Allowed || r.RetryAfter != 100*time.Millisecond {
+			t.Fatalf("sixth at 1.5 s: %+v, want denied for 100ms", r)
+		}
+		clock.add(r.RetryAfter)
+		if !mustAllow(t, l, key, limit, 1).Allowed {
+			t.Fatal("denied at RetryAfter")
+		}
+	})
+}
+
+func TestAllowAllIsAllOrNothing(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		l, clock := newPinned(t, b)
+		// One tag for the user's limits and the endpoint's, so that all
+		// three are one atomic step on a cluster too.
+		tag := "{" + redistest.Key(t) + "}"
+		user, endpoint := tag+":user:42", tag+":endpoint"
+		perSecond, perMinute, endpointLimit := PerSecond(2), PerMinute(3), PerSecond(100)
+		checks := []Check{{user, perSecond}, {user, perMinute}, {endpoint, endpointLimit}}
+		allow := func() Decision {
+			t.Helper()
+			d, err := l.AllowAll(ctx, 1, checks...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		for i := range 2 {
+			if d := allow(); !d.Allowed {
+				t.Fatalf("request %d: %+v", i+1, d)
+			}
+		}
+		d := allow()
+		if d.Allowed || d.Results[0].Allowed || !d.Results[1].Allowed || d.Strictest().Limit != perSecond {
+			t.Fatalf("third in a second: %+v, want refused by the per-second limit only", d)
+		}
+		// The refused request took nothing from the per-minute limit.
+		if r, _ := l.Peek(ctx, user, perMinute); r.Remaining != 1 {
+			t.Fatalf("per-minute remaining %d after a refused request, want 1", r.Remaining)
+		}
+		if r, _ := l.Peek(ctx, endpoint, endpointLimit); r.Remaining != 98 {
+			t.Fatalf("endpoint remaining %d after 2 admitted requests and a refused one, want 98", r.Remaining)
+		}
+		clock.add(time.Second)
+		if d := allow(); !d.Allowed {
+			t.Fatalf("after a second: %+v", d)
+		}
+
+		d = allow()
+		if d.Allowed || !d.Results[0].Allowed || d.Results[1].Allowed || d.Strictest().Limit != perMinute {
+			t.Fatalf("fourth in a minute: %+v, want refused by the per-minute limit only", d)
+		}
+		if r, _ := l.Peek(ctx, user, perSecond); r.Remaining != 1 {
+			t.Fatalf("per-second remaining %d after a refused request, want 1", r.Remaining)
+		}
+	})
+}
+
+func TestInvalidInputNeverReachesRedis(t *testing.T) {
+	f := redistest.NewFaults()
+	b := redistest.Open(t, redistest.Mini)
+	l := newLimiter(t, b.Client(t, f))
+	other := b.Client(t)
+	all := f.On(redistest.Any())
+	ctx := context.Background()
+	cases := map[string]func() error{
+		"zero rate":       func() error { _, err := l.Allow(ctx, "k", PerSecond(0)); return err },
+		"negative rate":   func() error { _, err := l.Allow(ctx, "k", PerSecond(-1)); return err },
+		"short period":    func() error { _, err := l.Allow(ctx, "k", Per(1, time.Microsecond)); return err },
+		"negative burst":  func() error { _, err := l.Allow(ctx, "k", PerSecond(1).WithBurst(-1)); return err },
+		"cost over burst": func() error { _, err := l.AllowN(ctx, "k", PerSecond(10).WithBurst(3), 4); return err },
+		"zero cost":       func() error { _, err := l.AllowN(ctx, "k", PerSecond(10), 0); return err },
+		"too exact":       func() error { _, err := l.Allow(ctx, "k", Per(1<<40, 24*time.Hour)); return err },
+		"empty key":       func() error { _, err := l.Allow(ctx, "", PerSecond(1)); return err },
+		"empty tag":       func() error { _, err := l.Allow(ctx, "a{}b", PerSecond(1)); return err },
+		"bad algorithm":   func() error { _, err := l.Allow(ctx, "k", PerSecond(1).Using(Algorithm(9))); return err },
+		"no checks":       func() error { _, err := l.AllowAll(ctx, 1); return err },
+		"cross slot": func() error {
+			_, err := l.AllowAll(ctx, 1, Check{"user:1", PerSecond(1)}, Check{"endpoint", PerSecond(1)})
+			return err
+		},
+		"same check twice": func() error {
+			_, err := l.AllowAll(ctx, 1, Check{"user:1", PerSecond(1)}, Check{"user:1", PerSecond(1)})
+			return err
+		},
+		"reset bad limit": func() error { return l.Reset(ctx, "k", Limit{}) },
+		"bad prefix":      func() error { _, err := New(other, WithPrefix("a{b")); return err },
+		"nil client":      func() error { _, err := New(nil); return err },
+	}
+	for name, call := range cases {
+		if err := call(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if n := all.Hits(); n != 0 {
+		t.Fatalf("%d commands reached Redis", n)
+	}
+}
+
+func TestRedisErrorsAreReturned(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		l := newLimiter(t, b.Client(t, f))
+		f.On(redistest.Any()).Fail(errors.New("connection reset"))
+		if _, err := l.Allow(context.Background(), redistest.Key(t), PerSecond(1)); err == nil {
+			t.Fatal("Allow over a broken connection returned no error")
+		}
+	})
+}
