@@ -1,0 +1,92 @@
+// Package ratelimit limits how often something may happen, with counters
+// in Redis shared by every process: requests per user, logins per IP, calls
+// per endpoint. Every decision is one Lua script, so a crowd of processes
+// cannot race between reading a counter and updating it, and every key is
+// written together with its TTL, so no counter can outlive its window.
+//
+// # Using it
+//
+//	limiter, err := ratelimit.New(rdb)
+//	r, err := limiter.Allow(ctx, "user:"+id, ratelimit.PerSecond(10))
+//	if err == nil && !r.Allowed {
+//		// refuse; r.RetryAfter says for how long
+//	}
+//
+// A Limit is Rate requests per Period; PerSecond, PerMinute, PerHour and
+// Per build one. Each Limit on a key has its own counter (the key name
+// includes the limit), so a key may carry several limits.
+//
+// # Algorithms
+//
+// GCRA (the default) is the generic cell rate algorithm: a leaky bucket
+// kept as one timestamp, the theoretical arrival time (TAT) of the next
+// request if requests came exactly at the rate. A request of cost n moves
+// the TAT n×Period/Rate later; it is admitted if the TAT then lies at most
+// Burst×Period/Rate ahead of now. So after a quiet spell Burst requests
+// pass at once, and from then on one every Period/Rate: smooth, with no
+// window edge to game, in one small key per client. Pick it unless a rule
+// demands another.
+//
+// The decision uses integers only: times are Redis TIME in microseconds,
+// and the TAT is stored as microseconds plus a remainder in 1/Rate
+// microseconds, so a period that the rate does not divide (7 a minute is
+// 8571428.57 µs apart) accumulates no rounding. A fresh key at N a second
+// with burst N admits exactly N at one instant and reports Remaining N-1
+// after the first. (go-redis/redis_rate computes in float seconds and can
+// report one fewer.)
+//
+// FixedWindow counts requests in a window that starts with a key's first
+// request and lasts Period; at most Rate per window. It is the familiar
+// INCR counter, done right: the key is created with its TTL in the same
+// command, and a key found without a TTL (re-created by some other INCR)
+// is given one, so no client can be refused forever. Up to 2×Rate requests
+// can pass around a window's end; pick it when the rule is literally "N per
+// calendar-free window", or to match an existing system.
+//
+// SlidingLog records the time of every admitted request in a sorted set
+// and admits while fewer than Rate fall within the last Period: exact for
+// any window, at a memory cost of one entry per admitted request. Pick it
+// for small rates that must hold over every window (5 password attempts
+// in any 15 minutes).
+//
+// SlidingWindow keeps the counts of the current and the previous aligned
+// window and weighs the previous one by how much of it still overlaps the
+// last Period: previous×overlap/Period + current <= Rate. It is nearly as
+// smooth as the log in constant memory (it assumes the previous window's
+// requests were spread evenly). Pick it for large rates where the log would
+// be big and GCRA's burst semantics do not fit.
+//
+// Every Result reports Remaining (requests of cost 1 that would pass now),
+// RetryAfter (when a request of the same cost would pass; zero if it did)
+// and ResetAfter (when the limit is back to full). Peek answers without
+// taking anything; Reset forgets a key.
+//
+// # Several limits at once
+//
+// AllowAll checks a request against several limits in one script, all or
+// nothing: "10 a second and 1000 an hour for this user, and 100 a second
+// for the endpoint". If any limit refuses, none counts the request, so a
+// refused request never uses up another limit's allowance. One script can
+// only touch one Redis Cluster slot, so the keys of one call must share a
+// hash tag: a key containing {tag} is hashed by the tag ("{/search}:user:42"
+// and "{/search}"), any other key is its own tag. AllowAll checks this on
+// every server, not only on a cluster, so code tested against one Redis
+// keeps working on a cluster. A tag shared by all users of an endpoint puts
+// that endpoint's counters on one node; per-user limits alone can use the
+// user as the tag.
+//
+// # Keys
+//
+// A counter lives at prefix + {key} + ":" + the limit's id (algorithm,
+// rate, period in µs, burst), e.g. "surge:rl:{user:42}:g10/1000000b10".
+// The prefix is "surge:rl:" unless WithPrefix changes it. GCRA and fixed
+// window keys are strings, the sliding log a sorted set, the sliding window
+// a hash; each expires when it no longer matters.
+//
+// # Failure
+//
+// A decision needs Redis: when it is unreachable, Allow returns the error
+// and the caller chooses to fail open (admit) or closed (refuse). Redis
+// replication is asynchronous; after a failover some counters may be lower
+// than they were, which admits a little more for one window.
+package ratelimit
