@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surgekit/surge/internal/hashtag"
+	"github.com/surgekit/surge/internal/script"
 )
 
 // RedisClient is what the lock needs from a go-redis client: running
@@ -66,7 +66,7 @@ type Client struct {
 
 // New returns a Client that keeps its locks in rdb.
 func New(rdb RedisClient, opts ...Option) (*Client, error) {
-	if isNil(rdb) {
+	if script.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
 	}
 	cfg := config{prefix: DefaultPrefix}
@@ -79,18 +79,6 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 		}
 	}
 	return &Client{rdb: rdb, prefix: cfg.prefix, queues: make(map[string]*queue)}, nil
-}
-
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // newLease validates an acquisition and prepares its lease; attempt makes

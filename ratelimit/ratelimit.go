@@ -6,7 +6,6 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +47,7 @@ type Limiter struct {
 
 // New returns a Limiter that keeps its counters in rdb.
 func New(rdb RedisClient, opts ...Option) (*Limiter, error) {
-	if isNil(rdb) {
+	if script.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
 	}
 	cfg := config{prefix: DefaultPrefix}
@@ -61,18 +60,6 @@ func New(rdb RedisClient, opts ...Option) (*Limiter, error) {
 		}
 	}
 	return &Limiter{rdb: rdb, prefix: cfg.prefix}, nil
-}
-
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // Result is a limit's verdict on one request.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,7 +52,7 @@ type Counter struct {
 
 // New returns a Counter that keeps its items in rdb.
 func New(rdb RedisClient, opts ...Option) (*Counter, error) {
-	if isNil(rdb) {
+	if script.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
 	}
 	cfg := config{prefix: DefaultPrefix}
@@ -66,18 +65,6 @@ func New(rdb RedisClient, opts ...Option) (*Counter, error) {
 		}
 	}
 	return &Counter{rdb: rdb, prefix: cfg.prefix, soldOutTTL: cfg.soldOutTTL, soldOut: map[string]time.Time{}}, nil
-}
-
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // Item describes an item to put on sale.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"reflect"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -98,4 +99,19 @@ func (s *Script) evalArgs(args []any) []any {
 	}
 	eval[1] = s.src
 	return eval
+}
+
+// IsNil reports whether a client is missing: nil, or a nil pointer (or
+// map, func, ...) inside the interface, which would otherwise pass a nil
+// check and panic on the first command. Constructors reject it up front.
+func IsNil(c Processor) bool {
+	if c == nil {
+		return true
+	}
+	rv := reflect.ValueOf(c)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
 }

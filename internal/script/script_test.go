@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/surgekit/surge/internal/redistest"
 )
 
@@ -47,4 +49,19 @@ func TestIntReturnsScriptErrors(t *testing.T) {
 			t.Fatalf("got %v, want the script's error", err)
 		}
 	})
+}
+
+func TestIsNilSeesTypedNilClients(t *testing.T) {
+	var typed *redis.Client
+	live := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer live.Close()
+	for _, tc := range []struct {
+		name string
+		c    Processor
+		want bool
+	}{{"nil", nil, true}, {"typed nil", typed, true}, {"client", live, false}} {
+		if got := IsNil(tc.c); got != tc.want {
+			t.Errorf("%s: IsNil = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
