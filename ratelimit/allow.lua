@@ -19,15 +19,18 @@
 -- All arithmetic is on integers below 2^52 (the Go side checks the rates),
 -- which Lua's doubles hold exactly: GCRA measures time in 1/rate
 -- microseconds so that a period need not divide evenly by the rate.
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 local consume = ARGV[2] == '1'
 local token = ARGV[3]
+
+-- Redis TIME is read once, and only by the algorithms that need it.
+local now = tonumber(ARGV[1])
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now
+end
 
 -- idiv is floor(a / b) for integers a >= 0, b > 0, corrected for the
 -- rounding of the float division.
@@ -40,100 +43,165 @@ local function idiv(a, b)
   end
   return q
 end
-local function ceil_div(a, b)
-  return idiv(a + b - 1, b)
-end
 
--- Each algorithm returns: admitted, remaining and reset before and after
--- taking the cost, retry after, and a function that takes the cost.
+-- The loop decides each limit and leaves, per limit: admitted; remaining
+-- and reset after before taking the cost (0) and after (1); retry after;
+-- and what taking the cost needs (w1, w2, w3). The code is flat, without
+-- closures, because creating functions on every call costs microseconds on
+-- this hot path.
+local n = #KEYS
+local ok, rem0, rem1, reset0, reset1, retry, w1, w2, w3 = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local all = true
+for i = 1, n do
+  local a = 3 + (i - 1) * 5
+  local alg, key = ARGV[a + 1], KEYS[i]
+  local rate, period, burst, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  retry[i] = 0
 
--- GCRA keeps the theoretical arrival time (TAT) as "us:frac", meaning us +
--- frac/rate microseconds. A request of cost n moves it n periods/rate
--- later; it is admitted if the TAT stays within burst periods/rate of now.
--- In units of 1/rate microseconds: one request is worth period, the
--- allowance is burst * period.
-local function gcra(key, rate, period, burst, cost)
-  local ahead = 0
-  local v = redis.call('GET', key)
-  if v then
-    local us, frac = string.match(v, '^(%d+):(%d+)$')
-    us, frac = tonumber(us), tonumber(frac)
-    if us and us >= now then
-      ahead = (us - now) * rate + frac
-    end
-  end
-  local cap = burst * period
-  local after = ahead + cost * period
-  local ok = after <= cap
-  local retry = 0
-  if not ok then
-    retry = ceil_div(after - cap, rate)
-  end
-  local function remaining(a)
-    return math.max(0, idiv(cap - math.min(a, cap), period))
-  end
-  return ok, remaining(ahead), remaining(after), ceil_div(ahead, rate), ceil_div(after, rate), retry,
-    function()
-      local us = idiv(after, rate)
-      redis.call('SET', key, string.format('%d:%d', now + us, after - us * rate),
-        'PX', ceil_div(ceil_div(after, rate), 1000) + 1)
-    end
-end
-
--- The fixed window is a counter whose TTL is the window: created with its
--- TTL in one command, and given one again if it ever lost it (an INCR
--- elsewhere that re-created it), so that no key can block forever.
-local function fixed(key, rate, period, cost)
-  local count = tonumber(redis.call('GET', key) or '0')
-  local pttl = redis.call('PTTL', key)
-  local window = ceil_div(period, 1000)
-  if pttl == -1 then
-    redis.call('PEXPIRE', key, window)
-  end
-  local exists = pttl ~= -2
-  if pttl < 0 then
-    pttl = window
-  end
-  local after = count + cost
-  local ok = after <= rate
-  local function reset(c)
-    if c > 0 then return pttl * 1000 end
-    return 0
-  end
-  local retry = 0
-  if not ok then
-    retry = pttl * 1000
-  end
-  return ok, math.max(0, rate - count), math.max(0, rate - after), reset(count), reset(after), retry,
-    function()
-      if exists then
-        redis.call('INCRBY', key, cost)
-      else
-        redis.call('SET', key, cost, 'PX', window)
+  if alg == 'g' then
+    -- GCRA keeps the theoretical arrival time (TAT) as "us:frac", meaning
+    -- us + frac/rate microseconds. In units of 1/rate microseconds a
+    -- request is worth period, the allowance is burst * period, and ahead
+    -- is how far the TAT lies beyond now.
+    local t = clock()
+    local ahead = 0
+    local v = redis.call('GET', key)
+    if v then
+      local us, frac = string.match(v, '^(%d+):(%d+)$')
+      us = tonumber(us)
+      if us and us >= t then
+        ahead = (us - t) * rate + tonumber(frac)
       end
     end
+    local cap = burst * period
+    local after = ahead + cost * period
+    ok[i] = after <= cap
+    if not ok[i] then
+      retry[i] = idiv(after - cap + rate - 1, rate)
+    end
+    rem0[i] = idiv(cap - math.min(ahead, cap), period)
+    rem1[i] = idiv(cap - math.min(after, cap), period)
+    reset0[i] = idiv(ahead + rate - 1, rate)
+    reset1[i] = idiv(after + rate - 1, rate)
+    local us = idiv(after, rate)
+    w1[i] = string.format('%d:%d', t + us, after - us * rate)
+    w2[i] = idiv(reset1[i] + 999, 1000) + 1
+
+  elseif alg == 'f' then
+    -- The fixed window is a counter whose TTL is the window. When taking,
+    -- it is incremented first (and taken back below if the request is
+    -- refused), which spares a read; a key without a TTL, new or one that
+    -- lost it to someone else's INCR, gets one here, so no key can block
+    -- forever.
+    local window = idiv(period + 999, 1000)
+    local count, pttl
+    if consume then
+      count = redis.call('INCRBY', key, cost) - cost
+      pttl = redis.call('PTTL', key)
+      if pttl < 0 then
+        redis.call('PEXPIRE', key, window)
+        pttl = window
+      end
+    else
+      count = tonumber(redis.call('GET', key) or '0')
+      pttl = redis.call('PTTL', key)
+      if pttl == -1 then
+        redis.call('PEXPIRE', key, window)
+      end
+      if pttl < 0 then
+        pttl = window
+      end
+    end
+    local after = count + cost
+    ok[i] = after <= rate
+    if not ok[i] then
+      retry[i] = pttl * 1000
+    end
+    rem0[i] = math.max(0, rate - count)
+    rem1[i] = math.max(0, rate - after)
+    reset0[i] = count > 0 and pttl * 1000 or 0
+    reset1[i] = pttl * 1000
+    w1[i] = count
+
+  elseif alg == 'l' then
+    -- The sliding log is a sorted set of request times; entries older than
+    -- a period are dropped first (that is not consumption).
+    local t = clock()
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', t - period)
+    local count = redis.call('ZCARD', key)
+    local after = count + cost
+    ok[i] = after <= rate
+    if not ok[i] then
+      -- The (after - rate)-th oldest entry must leave first.
+      local e = redis.call('ZRANGE', key, after - rate - 1, after - rate - 1, 'WITHSCORES')
+      retry[i] = tonumber(e[2]) + period - t
+    end
+    rem0[i], rem1[i] = rate - count, rate - after
+    reset0[i], reset1[i] = 0, period
+    if count > 0 then
+      local e = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      reset0[i] = tonumber(e[2]) + period - t
+    end
+
+  else
+    -- The sliding window keeps the counts of the current and the previous
+    -- window (aligned to the clock) and admits while
+    -- previous * (its part still within the last period) + current <= rate,
+    -- multiplied through by period to stay in integers.
+    local t = clock()
+    local cur = idiv(t, period)
+    local s = redis.call('HMGET', key, 'w', 'c', 'p')
+    local w, c, p = tonumber(s[1]), tonumber(s[2]) or 0, tonumber(s[3]) or 0
+    if w == cur - 1 then
+      p, c = c, 0
+    elseif w ~= cur then
+      p, c = 0, 0
+    end
+    local start = cur * period
+    local overlap = period - (t - start)
+    local cap = rate * period
+    local after = c + cost
+    ok[i] = p * overlap + after * period <= cap
+    if not ok[i] then
+      local room = rate - after
+      if room >= 0 then
+        -- Later in this window, once the previous window's share is small
+        -- enough: p * (period - e) <= room * period.
+        retry[i] = start + period - idiv(room * period, p) - t
+      else
+        -- In the next window, where this one is the previous:
+        -- c * (period - e) <= (rate - cost) * period.
+        retry[i] = start + 2 * period - idiv((rate - cost) * period, c) - t
+      end
+    end
+    rem0[i] = idiv(math.max(0, cap - p * overlap - c * period), period)
+    rem1[i] = idiv(math.max(0, cap - p * overlap - after * period), period)
+    reset1[i] = start + 2 * period - t
+    reset0[i] = c > 0 and reset1[i] or (p > 0 and start + period - t or 0)
+    w1[i], w2[i], w3[i] = cur, after, p
+  end
+  all = all and ok[i]
 end
 
--- The sliding log is a sorted set of request times; entries older than a
--- period are dropped first (that is not consumption).
-local function sliding_log(key, rate, period, cost)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
-  local count = redis.call('ZCARD', key)
-  local after = count + cost
-  local ok = after <= rate
-  local retry = 0
-  if not ok then
-    -- The (after - rate)-th oldest entry must leave first.
-    local e = redis.call('ZRANGE', key, after - rate - 1, after - rate - 1, 'WITHSCORES')
-    retry = tonumber(e[2]) + period - now
-  end
-  local before_reset = 0
-  if count > 0 then
-    local e = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    before_reset = tonumber(e[2]) + period - now
-  end
-  return ok, rate - count, rate - after, before_reset, period, retry,
-    function()
+-- Take the cost from every limit, or from none: a fixed window that was
+-- incremented above is taken back.
+local take = consume and all
+local reply = {}
+for i = 1, n do
+  local a = 3 + (i - 1) * 5
+  local alg, key, cost = ARGV[a + 1], KEYS[i], tonumber(ARGV[a + 5])
+  if alg == 'f' then
+    if consume and not take then
+      if w1[i] == 0 then
+        redis.call('DEL', key)
+      else
+        redis.call('DECRBY', key, cost)
+      end
+    end
+  elseif take then
+    if alg == 'g' then
+      redis.call('SET', key, w1[i], 'PX', w2[i])
+    elseif alg == 'l' then
       local args = {}
       for j = 1, cost do
         args[#args + 1] = now
@@ -143,95 +211,19 @@ local function sliding_log(key, rate, period, cost)
           args = {}
         end
       end
-      redis.call('PEXPIRE', key, ceil_div(period, 1000))
-    end
-end
-
--- The sliding window keeps the counts of the current and the previous
--- fixed window (aligned to the clock) and admits while
--- previous * (part of it still within the last period) + current <= rate,
--- multiplied through by period to stay in integers.
-local function sliding_window(key, rate, period, cost)
-  local cur = idiv(now, period)
-  local s = redis.call('HMGET', key, 'w', 'c', 'p')
-  local w, c, p = tonumber(s[1]), tonumber(s[2]) or 0, tonumber(s[3]) or 0
-  if w == cur - 1 then
-    p, c = c, 0
-  elseif w ~= cur then
-    p, c = 0, 0
-  end
-  local start = cur * period
-  local overlap = period - (now - start)
-  local cap = rate * period
-  local function load(n)
-    return p * overlap + n * period
-  end
-  local after = c + cost
-  local ok = load(after) <= cap
-  local retry = 0
-  if not ok then
-    local room = rate - after
-    if room >= 0 then
-      -- Later in this window, once the previous window's share is small
-      -- enough: p * (period - e) <= room * period.
-      retry = start + period - idiv(room * period, p) - now
+      redis.call('PEXPIRE', key, idiv(tonumber(ARGV[a + 3]) + 999, 1000))
     else
-      -- In the next window, where this one is the previous:
-      -- c * (period - e) <= (rate - cost) * period.
-      retry = start + period + period - idiv((rate - cost) * period, c) - now
+      redis.call('HSET', key, 'w', w1[i], 'c', w2[i], 'p', w3[i])
+      redis.call('PEXPIRE', key, idiv(2 * tonumber(ARGV[a + 3]) + 999, 1000))
     end
   end
-  local function remaining(n)
-    return math.max(0, idiv(math.max(0, cap - load(n)), period))
-  end
-  local function reset(n)
-    if n > 0 then return start + 2 * period - now end
-    if p > 0 then return start + period - now end
-    return 0
-  end
-  return ok, remaining(c), remaining(after), reset(c), reset(after), retry,
-    function()
-      redis.call('HSET', key, 'w', cur, 'c', after, 'p', p)
-      redis.call('PEXPIRE', key, ceil_div(2 * period, 1000))
-    end
-end
-
-local n = #KEYS
-local decided, commits = {}, {}
-local all = true
-for i = 1, n do
-  local a = 3 + (i - 1) * 5
-  local alg = ARGV[a + 1]
-  local rate, period, burst, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local ok, rem0, rem1, reset0, reset1, retry, commit
-  if alg == 'g' then
-    ok, rem0, rem1, reset0, reset1, retry, commit = gcra(KEYS[i], rate, period, burst, cost)
-  elseif alg == 'f' then
-    ok, rem0, rem1, reset0, reset1, retry, commit = fixed(KEYS[i], rate, period, cost)
-  elseif alg == 'l' then
-    ok, rem0, rem1, reset0, reset1, retry, commit = sliding_log(KEYS[i], rate, period, cost)
-  else
-    ok, rem0, rem1, reset0, reset1, retry, commit = sliding_window(KEYS[i], rate, period, cost)
-  end
-  all = all and ok
-  decided[i] = {ok, rem0, rem1, reset0, reset1, retry}
-  commits[i] = commit
-end
-
-local take = consume and all
-local reply = {}
-for i = 1, n do
-  local d = decided[i]
+  local rem, reset = rem0[i], reset0[i]
   if take then
-    commits[i]()
+    rem, reset = rem1[i], reset1[i]
   end
-  local rem, reset = d[2], d[4]
-  if take then
-    rem, reset = d[3], d[5]
-  end
-  reply[#reply + 1] = d[1] and 1 or 0
+  reply[#reply + 1] = ok[i] and 1 or 0
   reply[#reply + 1] = rem
-  reply[#reply + 1] = d[6]
+  reply[#reply + 1] = retry[i]
   reply[#reply + 1] = reset
 end
 return reply

@@ -372,3 +372,34 @@ func TestRedisErrorsAreReturned(t *testing.T) {
 		}
 	})
 }
+
+func TestARefusedRequestLeavesFixedWindowsAsTheyWere(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		l := newLimiter(t, rdb)
+		key := redistest.Key(t)
+		window, gcra := PerMinute(5).Using(FixedWindow), PerHour(1)
+		// Exhaust the GCRA limit alone, so that the window has never counted.
+		mustAllow(t, l, key, gcra, 1)
+		d, err := l.AllowAll(ctx, 1, Check{key, window}, Check{key, gcra})
+		if err != nil || d.Allowed || !d.Results[0].Allowed {
+			t.Fatalf("AllowAll: %+v %v, want refused by the hourly limit only", d, err)
+		}
+		// The window's counter, created by the increment, is gone again.
+		k, _ := l.key(key, window)
+		if n := rdb.Exists(ctx, k).Val(); n != 0 {
+			t.Fatalf("a refused request left the window's key behind")
+		}
+		mustAllow(t, l, key, window, 2)
+		if d, _ := l.AllowAll(ctx, 1, Check{key, window}, Check{key, gcra}); d.Allowed {
+			t.Fatal("admitted past the hourly limit")
+		}
+		if r, _ := l.Peek(ctx, key, window); r.Remaining != 3 {
+			t.Fatalf("window remaining %d after a refused request, want 3", r.Remaining)
+		}
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Fatalf("window key TTL %v after a refused request", ttl)
+		}
+	})
+}
