@@ -34,29 +34,30 @@ end
 
 -- idiv is floor(a / b) for integers a >= 0, b > 0, corrected for the
 -- rounding of the float division.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
+local floor, min, max = math.floor, math.min, math.max
+local function idiv(x, y)
+  local q = floor(x / y)
+  if q * y > x then
     q = q - 1
-  elseif (q + 1) * b <= a then
+  elseif (q + 1) * y <= x then
     q = q + 1
   end
   return q
 end
 
--- The loop decides each limit and leaves, per limit: admitted; remaining
--- and reset after before taking the cost (0) and after (1); retry after;
--- and what taking the cost needs (w1, w2, w3). The code is flat, without
--- closures, because creating functions on every call costs microseconds on
--- this hot path.
+-- The loop decides each limit and leaves nine values per limit in d, from
+-- d[b+1]: admitted; remaining and reset after, before taking the cost and
+-- after; retry after; and what taking the cost needs (three values). The
+-- code is flat, without closures or a table per value, because allocating
+-- on every call costs microseconds on this hot path.
 local n = #KEYS
-local ok, rem0, rem1, reset0, reset1, retry, w1, w2, w3 = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local d = {}
 local all = true
 for i = 1, n do
   local a = 3 + (i - 1) * 5
-  local alg, key = ARGV[a + 1], KEYS[i]
+  local alg, key, b = ARGV[a + 1], KEYS[i], (i - 1) * 9
   local rate, period, burst, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  retry[i] = 0
+  d[b + 6] = 0
 
   if alg == 'g' then
     -- GCRA keeps the theoretical arrival time (TAT) as "us:frac", meaning
@@ -75,17 +76,17 @@ for i = 1, n do
     end
     local cap = burst * period
     local after = ahead + cost * period
-    ok[i] = after <= cap
-    if not ok[i] then
-      retry[i] = idiv(after - cap + rate - 1, rate)
+    d[b + 1] = after <= cap
+    if not d[b + 1] then
+      d[b + 6] = idiv(after - cap + rate - 1, rate)
     end
-    rem0[i] = idiv(cap - math.min(ahead, cap), period)
-    rem1[i] = idiv(cap - math.min(after, cap), period)
-    reset0[i] = idiv(ahead + rate - 1, rate)
-    reset1[i] = idiv(after + rate - 1, rate)
+    d[b + 2] = idiv(cap - min(ahead, cap), period)
+    d[b + 3] = idiv(cap - min(after, cap), period)
+    d[b + 4] = idiv(ahead + rate - 1, rate)
+    d[b + 5] = idiv(after + rate - 1, rate)
     local us = idiv(after, rate)
-    w1[i] = string.format('%d:%d', t + us, after - us * rate)
-    w2[i] = idiv(reset1[i] + 999, 1000) + 1
+    d[b + 7] = string.format('%d:%d', t + us, after - us * rate)
+    d[b + 8] = idiv(d[b + 5] + 999, 1000) + 1
 
   elseif alg == 'f' then
     -- The fixed window is a counter whose TTL is the window. When taking,
@@ -113,15 +114,15 @@ for i = 1, n do
       end
     end
     local after = count + cost
-    ok[i] = after <= rate
-    if not ok[i] then
-      retry[i] = pttl * 1000
+    d[b + 1] = after <= rate
+    if not d[b + 1] then
+      d[b + 6] = pttl * 1000
     end
-    rem0[i] = math.max(0, rate - count)
-    rem1[i] = math.max(0, rate - after)
-    reset0[i] = count > 0 and pttl * 1000 or 0
-    reset1[i] = pttl * 1000
-    w1[i] = count
+    d[b + 2] = max(0, rate - count)
+    d[b + 3] = max(0, rate - after)
+    d[b + 4] = count > 0 and pttl * 1000 or 0
+    d[b + 5] = pttl * 1000
+    d[b + 7] = count
 
   elseif alg == 'l' then
     -- The sliding log is a sorted set of request times; entries older than
@@ -130,17 +131,17 @@ for i = 1, n do
     redis.call('ZREMRANGEBYSCORE', key, '-inf', t - period)
     local count = redis.call('ZCARD', key)
     local after = count + cost
-    ok[i] = after <= rate
-    if not ok[i] then
+    d[b + 1] = after <= rate
+    if not d[b + 1] then
       -- The (after - rate)-th oldest entry must leave first.
       local e = redis.call('ZRANGE', key, after - rate - 1, after - rate - 1, 'WITHSCORES')
-      retry[i] = tonumber(e[2]) + period - t
+      d[b + 6] = tonumber(e[2]) + period - t
     end
-    rem0[i], rem1[i] = rate - count, rate - after
-    reset0[i], reset1[i] = 0, period
+    d[b + 2], d[b + 3] = rate - count, rate - after
+    d[b + 4], d[b + 5] = 0, period
     if count > 0 then
       local e = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-      reset0[i] = tonumber(e[2]) + period - t
+      d[b + 4] = tonumber(e[2]) + period - t
     end
 
   else
@@ -161,26 +162,26 @@ for i = 1, n do
     local overlap = period - (t - start)
     local cap = rate * period
     local after = c + cost
-    ok[i] = p * overlap + after * period <= cap
-    if not ok[i] then
+    d[b + 1] = p * overlap + after * period <= cap
+    if not d[b + 1] then
       local room = rate - after
       if room >= 0 then
         -- Later in this window, once the previous window's share is small
         -- enough: p * (period - e) <= room * period.
-        retry[i] = start + period - idiv(room * period, p) - t
+        d[b + 6] = start + period - idiv(room * period, p) - t
       else
         -- In the next window, where this one is the previous:
         -- c * (period - e) <= (rate - cost) * period.
-        retry[i] = start + 2 * period - idiv((rate - cost) * period, c) - t
+        d[b + 6] = start + 2 * period - idiv((rate - cost) * period, c) - t
       end
     end
-    rem0[i] = idiv(math.max(0, cap - p * overlap - c * period), period)
-    rem1[i] = idiv(math.max(0, cap - p * overlap - after * period), period)
-    reset1[i] = start + 2 * period - t
-    reset0[i] = c > 0 and reset1[i] or (p > 0 and start + period - t or 0)
-    w1[i], w2[i], w3[i] = cur, after, p
+    d[b + 2] = idiv(max(0, cap - p * overlap - c * period), period)
+    d[b + 3] = idiv(max(0, cap - p * overlap - after * period), period)
+    d[b + 5] = start + 2 * period - t
+    d[b + 4] = c > 0 and d[b + 5] or (p > 0 and start + period - t or 0)
+    d[b + 7], d[b + 8], d[b + 9] = cur, after, p
   end
-  all = all and ok[i]
+  all = all and d[b + 1]
 end
 
 -- Take the cost from every limit, or from none: a fixed window that was
@@ -189,10 +190,10 @@ local take = consume and all
 local reply = {}
 for i = 1, n do
   local a = 3 + (i - 1) * 5
-  local alg, key, cost = ARGV[a + 1], KEYS[i], tonumber(ARGV[a + 5])
+  local alg, key, cost, b = ARGV[a + 1], KEYS[i], tonumber(ARGV[a + 5]), (i - 1) * 9
   if alg == 'f' then
     if consume and not take then
-      if w1[i] == 0 then
+      if d[b + 7] == 0 then
         redis.call('DEL', key)
       else
         redis.call('DECRBY', key, cost)
@@ -200,7 +201,7 @@ for i = 1, n do
     end
   elseif take then
     if alg == 'g' then
-      redis.call('SET', key, w1[i], 'PX', w2[i])
+      redis.call('SET', key, d[b + 7], 'PX', d[b + 8])
     elseif alg == 'l' then
       local args = {}
       for j = 1, cost do
@@ -213,17 +214,17 @@ for i = 1, n do
       end
       redis.call('PEXPIRE', key, idiv(tonumber(ARGV[a + 3]) + 999, 1000))
     else
-      redis.call('HSET', key, 'w', w1[i], 'c', w2[i], 'p', w3[i])
+      redis.call('HSET', key, 'w', d[b + 7], 'c', d[b + 8], 'p', d[b + 9])
       redis.call('PEXPIRE', key, idiv(2 * tonumber(ARGV[a + 3]) + 999, 1000))
     end
   end
-  local rem, reset = rem0[i], reset0[i]
+  local rem, reset = d[b + 2], d[b + 4]
   if take then
-    rem, reset = rem1[i], reset1[i]
+    rem, reset = d[b + 3], d[b + 5]
   end
-  reply[#reply + 1] = ok[i] and 1 or 0
+  reply[#reply + 1] = d[b + 1] and 1 or 0
   reply[#reply + 1] = rem
-  reply[#reply + 1] = retry[i]
+  reply[#reply + 1] = d[b + 6]
   reply[#reply + 1] = reset
 end
 return reply
