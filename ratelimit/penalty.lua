@@ -1,0 +1,67 @@
+-- penalty.lua: count a hit in a penalty box, and ban the key for a while
+-- once its hits in one window pass the threshold; or only look.
+--
+-- KEYS[1]  hit count: a string holding an integer, created by the window's
+--          first hit and expiring a window later
+-- KEYS[2]  ban: a string that exists while the key is banned and expires
+--          when the ban ends
+-- ARGV[1]  '1' to count a hit, '0' to only look
+-- ARGV[2]  threshold: hits admitted in one window; the next one starts a ban
+-- ARGV[3]  window in milliseconds
+-- ARGV[4]  ban in milliseconds
+-- ARGV[5]  '1' if a hit during a ban starts it again at full length, else '0'
+--
+-- Reply: three integers: 1 banned, 0 not; milliseconds of ban left (0 when
+-- not banned); hits counted in the current window after the call (the hit
+-- that starts a ban reports threshold + 1; hits during a ban are not
+-- counted and report 0).
+--
+-- Why one script: reading the count, comparing it with the threshold and
+-- banning are one step, so a crowd of simultaneous hits admits exactly
+-- threshold of them. Every key is written with its TTL in the same command
+-- (SET ... PX, never INCR then EXPIRE), and a key found without a TTL
+-- (re-created by someone else's INCR or SET) is given one back, even when
+-- only looking: no key can ban anyone forever.
+local hit = ARGV[1] == '1'
+local threshold, window, ban = tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local extend = ARGV[5] == '1'
+
+local left = redis.call('PTTL', KEYS[2])
+if left == -1 then
+  redis.call('PEXPIRE', KEYS[2], ban)
+  left = tonumber(ban)
+end
+if left > 0 then
+  if hit and extend then
+    redis.call('PEXPIRE', KEYS[2], ban)
+    left = tonumber(ban)
+  end
+  return {1, left, 0}
+end
+
+local ttl = redis.call('PTTL', KEYS[1])
+local hits = 0
+if ttl ~= -2 then
+  hits = tonumber(redis.call('GET', KEYS[1])) or 0
+  if ttl == -1 then
+    redis.call('PEXPIRE', KEYS[1], window)
+  end
+end
+if not hit then
+  return {0, 0, hits}
+end
+
+hits = hits + 1
+if hits > threshold then
+  -- The count starts again from zero after the ban.
+  redis.call('SET', KEYS[2], '1', 'PX', ban)
+  redis.call('DEL', KEYS[1])
+  return {1, tonumber(ban), hits}
+end
+if ttl == -2 then
+  redis.call('SET', KEYS[1], string.format('%d', hits), 'PX', window)
+else
+  -- INCR keeps the TTL, which was checked above.
+  redis.call('INCR', KEYS[1])
+end
+return {0, 0, hits}
