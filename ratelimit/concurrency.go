@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,19 +12,6 @@ import (
 
 	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/script"
-)
-
-var (
-	// ErrLimited is matched (errors.Is) by the *LimitedError TryAcquire
-	// returns when a key already has as many requests in flight as its
-	// limit allows.
-	ErrLimited = errors.New("ratelimit: too many in flight")
-
-	// ErrSlotLost is returned by Slot.Release and Slot.Extend when the
-	// slot was no longer held: its lease had ended (so another request may
-	// have been admitted in its place, and the limit may have been
-	// exceeded while this one ran on), or it had been released already.
-	ErrSlotLost = errors.New("ratelimit: slot lost")
 )
 
 //go:embed slot_acquire.lua

@@ -37,9 +37,9 @@
 //
 // FixedWindow counts requests in a window that starts with a key's first
 // request and lasts Period; at most Rate per window. It is the familiar
-// INCR counter, done right: the key is created with its TTL in the same
-// command, and a key found without a TTL (re-created by some other INCR)
-// is given one, so no client can be refused forever. Up to 2×Rate requests
+// INCR counter, done right: the key gets its TTL in the same script that
+// creates it, and a key found without a TTL (re-created by some other
+// INCR) is given one, so no client can be refused forever. Up to 2×Rate requests
 // can pass around a window's end; pick it when the rule is literally "N per
 // calendar-free window", or to match an existing system.
 //
@@ -75,10 +75,58 @@
 // that endpoint's counters on one node; per-user limits alone can use the
 // user as the tag.
 //
+// # Concurrency limits
+//
+// A rate says how often; a concurrency limit says how many at once: "at
+// most 5 exports running per customer". TryAcquire takes one of at most
+// N slots of a key and returns a Slot to Release when the work is done.
+// Each slot is held under a lease (Redis's clock) that ends by itself, so
+// a process that crashes without releasing gives its slot back when the
+// lease ends; Extend renews it for long work. A refused TryAcquire
+// returns a *LimitedError (errors.Is ErrLimited) whose RetryAfter is when
+// the earliest lease ends. A Release or Extend after the lease ended
+// returns ErrSlotLost: the slot may be someone else's by then, and the
+// work it guarded was not protected for its whole length.
+//
+// # Penalty box
+//
+// Hit counts a key's hits in a window that starts with the first one, and
+// once more than Penalty.Threshold arrive within it, bans the key for
+// Penalty.Ban: the dorm-grab "busy page for 15 seconds". Counting,
+// comparing and banning are one script, so a crowd of simultaneous hits
+// admits exactly Threshold; the ban is one key written with its expiry in
+// the same command, so it always ends, and Verdict.BanLeft says when. Hits
+// during a ban neither count nor lengthen it, unless Penalty.Extend asks
+// for that. Banned only looks; Pardon lifts a ban.
+//
+// # HTTP
+//
+// Limiter.Middleware wraps a net/http handler: every request is decided
+// with one AllowAll call against the checks a ChecksFunc returns for it
+// (Keyed(ByIP(proxies...), limits...) for the common case). A refused
+// request gets 429 Too Many Requests and Retry-After in seconds, rounded
+// up so that a client that obeys it is not refused again. Every decided
+// response carries the headers of the IETF draft "RateLimit header fields
+// for HTTP" (draft-ietf-httpapi-ratelimit-headers-11) for the check that
+// binds:
+//
+//	RateLimit-Policy: "default";q=10;w=1
+//	RateLimit: "default";r=7;t=1
+//
+// q is the burst, w the period in seconds, r what remains, t the seconds
+// until the limit is full again (on a refusal, the Retry-After).
+// WithLegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset. When
+// Redis fails the middleware answers 503 unless WithFailOpen; a request it
+// cannot attribute (ErrNoKey) gets 400. ClientIP reads X-Forwarded-For only
+// as far as your own proxies wrote it: the leftmost entry is whatever the
+// client sent.
+//
 // # Keys
 //
 // A counter lives at prefix + {key} + ":" + the limit's id (algorithm,
-// rate, period in µs, burst), e.g. "surge:rl:{user:42}:g10/1000000b10".
+// rate, period in µs, burst), e.g. "surge:rl:{user:42}:g10/1000000b10";
+// a concurrency limit's slots at prefix{key}:c, a penalty box's count and
+// ban at prefix{key}:p<threshold>/<window ms>/<ban ms>:n and :b.
 // The prefix is "surge:rl:" unless WithPrefix changes it. GCRA and fixed
 // window keys are strings, the sliding log a sorted set, the sliding window
 // a hash; each expires when it no longer matters.

@@ -11,15 +11,6 @@ import (
 	"time"
 )
 
-// ErrNoKey is wrapped by the error the middleware reports when it cannot
-// tell whom a request counts against: its ChecksFunc failed (no usable
-// client address, a missing API key header) or gave an empty key. Such a
-// request is refused with 400 Bad Request, because both alternatives are
-// worse: counting every unidentified request under one shared key lets
-// one client use up everyone's allowance, and letting them through lets a
-// client escape its limit by leaving out whatever identifies it.
-var ErrNoKey = errors.New("ratelimit: cannot identify the request")
-
 // KeyFunc says whom a request counts against: a client address, a user,
 // an API key. ByIP and ByHeader are ready-made. An error or an empty key
 // means the request cannot be attributed, and the middleware refuses it
