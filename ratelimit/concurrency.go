@@ -7,10 +7,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/script"
 )
 
@@ -162,24 +160,6 @@ func (s *Slot) Extend(ctx context.Context, lease time.Duration) error {
 		return fmt.Errorf("%w: %q: the lease had ended or the slot was released", ErrSlotLost, s.key)
 	}
 	return nil
-}
-
-// tagged returns the Redis key of key's state named by suffix, with the
-// hash-tag rule of Limiter.key: a key that carries its own {tag} keeps it,
-// any other is its own tag, so that all the keys of one call share a
-// cluster slot.
-func (l *Limiter) tagged(key, suffix string) (string, error) {
-	if key == "" {
-		return "", fmt.Errorf("%w: empty key", ErrInvalid)
-	}
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		j := strings.IndexByte(key[i+1:], '}')
-		if j <= 0 {
-			return "", fmt.Errorf("%w: key %q has a '{' but no non-empty {tag}", ErrInvalid, key)
-		}
-		return l.prefix + key + suffix, nil
-	}
-	return hashtag.Key(l.prefix, key, suffix), nil
 }
 
 // nowMillis is the scripts' "now" argument: the pinned clock in

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -121,12 +122,16 @@ func (l Limit) check() error {
 	return nil
 }
 
-// id names the limit in its key, so that two limits on one key count
-// apart.
-func (l Limit) id() string {
-	s := l.Algorithm.code() + strconv.FormatInt(l.Rate, 10) + "/" + strconv.FormatInt(l.Period.Microseconds(), 10)
+// writeID writes the limit's name in its key, so that two limits on one
+// key count apart: algorithm, rate, period in µs and, for GCRA, burst.
+func (l Limit) writeID(b *strings.Builder) {
+	var num [20]byte
+	b.WriteString(l.Algorithm.code())
+	b.Write(strconv.AppendInt(num[:0], l.Rate, 10))
+	b.WriteByte('/')
+	b.Write(strconv.AppendInt(num[:0], l.Period.Microseconds(), 10))
 	if l.Algorithm == GCRA {
-		s += "b" + strconv.FormatInt(l.burst(), 10)
+		b.WriteByte('b')
+		b.Write(strconv.AppendInt(num[:0], l.burst(), 10))
 	}
-	return s
 }

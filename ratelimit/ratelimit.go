@@ -174,21 +174,64 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 	return nil
 }
 
-// key returns the Redis key of key's counter under limit. A key that
-// carries its own hash tag ({...}) keeps it; any other is its own tag.
+// key returns the Redis key of key's counter under limit, built with one
+// allocation: it is on every decision's path.
 func (l *Limiter) key(key string, limit Limit) (string, error) {
-	if key == "" {
-		return "", fmt.Errorf("%w: empty key", ErrInvalid)
+	own, err := ownTag(key)
+	if err != nil {
+		return "", err
 	}
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		j := strings.IndexByte(key[i+1:], '}')
-		if j <= 0 {
-			return "", fmt.Errorf("%w: key %q has a '{' but no non-empty {tag}", ErrInvalid, key)
-		}
-		return l.prefix + key + ":" + limit.id(), nil
+	var b strings.Builder
+	b.Grow(len(l.prefix) + len(key) + 64)
+	b.WriteString(l.prefix)
+	if !own {
+		b.WriteByte('{')
 	}
-	return hashtag.Key(l.prefix, key, ":"+limit.id()), nil
+	b.WriteString(key)
+	if !own {
+		b.WriteByte('}')
+	}
+	b.WriteByte(':')
+	limit.writeID(&b)
+	return b.String(), nil
 }
+
+// tagged returns prefix + key + suffix, key wrapped in braces unless it
+// carries its own hash tag.
+func (l *Limiter) tagged(key, suffix string) (string, error) {
+	own, err := ownTag(key)
+	if err != nil {
+		return "", err
+	}
+	if own {
+		return l.prefix + key + suffix, nil
+	}
+	return hashtag.Key(l.prefix, key, suffix), nil
+}
+
+// ownTag reports whether key carries its own hash tag ({...}), which then
+// decides its cluster slot; any other key becomes its own tag.
+func ownTag(key string) (bool, error) {
+	if key == "" {
+		return false, fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return false, nil
+	}
+	if j := strings.IndexByte(key[i+1:], '}'); j <= 0 {
+		return false, fmt.Errorf("%w: key %q has a '{' but no non-empty {tag}", ErrInvalid, key)
+	}
+	return true, nil
+}
+
+// Script arguments boxed once: boxing a string into an interface
+// allocates, and these go with every decision.
+var (
+	algorithmArgs     = [...]any{"g", "f", "l", "w"}
+	modeArgs          = [2]any{"0", "1"}
+	noArg         any = ""
+)
 
 func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
@@ -229,15 +272,14 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	now := ""
+	now, token := noArg, noArg
 	if l.clock != nil {
 		now = strconv.FormatInt(l.clock().UnixMicro(), 10)
 	}
-	mode := "0"
+	mode := modeArgs[0]
 	if consume {
-		mode = "1"
+		mode = modeArgs[1]
 	}
-	token := ""
 	if needToken {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -245,7 +287,7 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 	}
 	args = append(args, now, mode, token)
 	for _, c := range checks {
-		args = append(args, c.Limit.Algorithm.code(), c.Limit.Rate, c.Limit.Period.Microseconds(), c.Limit.burst(), n)
+		args = append(args, algorithmArgs[c.Limit.Algorithm], c.Limit.Rate, c.Limit.Period.Microseconds(), c.Limit.burst(), n)
 	}
 	res, err := allowScript.Ints(ctx, l.rdb, args)
 	if err != nil {
