@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -29,11 +28,6 @@ var (
 	_ RedisClient = (*redis.Ring)(nil)
 	_ RedisClient = redis.UniversalClient(nil)
 )
-
-//go:embed allow.lua
-var allowLua string
-
-var allowScript = script.New(allowLua)
 
 // Limiter decides requests against limits kept in Redis. It is safe for
 // concurrent use; create one per process and share it.
@@ -268,7 +262,16 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 		needToken = needToken || c.Limit.Algorithm == SlidingLog
 	}
 
-	args := allowScript.Args(len(checks), len(checks)*6+3)
+	s := allowScript
+	if len(checks) == 1 {
+		switch checks[0].Limit.Algorithm {
+		case GCRA:
+			s = gcraOneScript
+		case FixedWindow:
+			s = fixedOneScript
+		}
+	}
+	args := s.Args(len(checks), len(checks)*6+3)
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -289,7 +292,7 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 	for _, c := range checks {
 		args = append(args, algorithmArgs[c.Limit.Algorithm], c.Limit.Rate, c.Limit.Period.Microseconds(), c.Limit.burst(), n)
 	}
-	res, err := allowScript.Ints(ctx, l.rdb, args)
+	res, err := s.Ints(ctx, l.rdb, args)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratelimit: %q: %w", checks[0].Key, err)
 	}

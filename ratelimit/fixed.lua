@@ -1,0 +1,45 @@
+-- fixed.lua: the fixed-window algorithm, for the decision scripts
+-- (scripts.go puts it after common.lua). Returns as gcra.lua describes.
+
+-- The fixed window is a counter whose TTL is the window. When consuming,
+-- it is incremented first (the caller takes a refused request back with
+-- fixed_undo), which spares a read; a key without a TTL, new or one that
+-- lost it to someone else's INCR, gets one here, so no key can block
+-- forever. Returns, last, the count before this request.
+local function fixed(key, rate, period, cost)
+  local window = idiv(period + 999, 1000)
+  local count, pttl
+  if consume then
+    count = redis.call('INCRBY', key, cost) - cost
+    pttl = redis.call('PTTL', key)
+    if pttl < 0 then
+      redis.call('PEXPIRE', key, window)
+      pttl = window
+    end
+  else
+    count = tonumber(redis.call('GET', key) or '0')
+    pttl = redis.call('PTTL', key)
+    if pttl == -1 then
+      redis.call('PEXPIRE', key, window)
+    end
+    if pttl < 0 then
+      pttl = window
+    end
+  end
+  local after = count + cost
+  local retry = 0
+  if after > rate then
+    retry = pttl * 1000
+  end
+  return after <= rate, max(0, rate - count), max(0, rate - after),
+    count > 0 and pttl * 1000 or 0, pttl * 1000, retry, count
+end
+
+-- fixed_undo takes back the increment of a request that was refused.
+local function fixed_undo(key, cost, before)
+  if before == 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('DECRBY', key, cost)
+  end
+end
