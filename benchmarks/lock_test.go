@@ -151,31 +151,13 @@ func benchPairs(b *testing.B, goroutines int) {
 				}
 				return release(ctx)
 			}
-			var ops atomic.Int64
-			run := func(n int64) {
-				var wg sync.WaitGroup
-				ops.Store(0)
-				for range goroutines {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						key := uniqueKey(lk.name)
-						for ops.Add(1) <= n {
-							if err := pair(key); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
+			keys := make([]string, goroutines)
+			for g := range keys {
+				keys[g] = uniqueKey(lk.name)
 			}
-			run(int64(8 * goroutines)) // warm up: load the scripts, open the pool's connections
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			run(int64(b.N))
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+			throughput(b, goroutines, "pairs", nil, func(_ context.Context, g int, _ int64) error {
+				return pair(keys[g])
+			})
 		})
 	}
 }

@@ -16,8 +16,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -80,36 +82,61 @@ func newClient(b *testing.B) (*redis.Client, *counter) {
 	return rdb, cnt
 }
 
-// serverCommands returns the commands the server has executed since the
-// last CONFIG RESETSTAT, script-internal calls included, leaving out the
-// INFO and CONFIG calls of the measurement itself.
+// commandStat is one line of INFO commandstats.
+type commandStat struct{ calls, usec float64 }
+
+// commandStats returns a server's INFO commandstats since its last CONFIG
+// RESETSTAT, by command name (subcommands folded into their command),
+// without the commands a measurement itself sends (INFO, CONFIG, PING,
+// CLIENT, HELLO, CLUSTER). A script's calls and time are listed under
+// EVALSHA, and the commands it ran under their own names as well.
+func commandStats(b *testing.B, node *redis.Client) map[string]commandStat {
+	b.Helper()
+	info, err := node.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stats := map[string]commandStat{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		if name, ok = strings.CutPrefix(name, "cmdstat_"); !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, "|")
+		switch name {
+		case "info", "config", "ping", "client", "hello", "cluster":
+			continue
+		}
+		st := stats[name]
+		for _, field := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			n, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				st.calls += n
+			case "usec":
+				st.usec += n
+			}
+		}
+		stats[name] = st
+	}
+	return stats
+}
+
+// serverCommands returns the commands the benchmark server has executed
+// since the last CONFIG RESETSTAT, script-internal calls included.
 func serverCommands(b *testing.B) int64 {
 	b.Helper()
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
-	info, err := admin.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
+	var total float64
+	for _, st := range commandStats(b, admin) {
+		total += st.calls
 	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		switch name {
-		case "cmdstat_info", "cmdstat_config", "cmdstat_ping", "cmdstat_hello", "cmdstat_client|setinfo":
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-			}
-		}
-	}
-	return total
+	return int64(total)
 }
 
 func resetServerStats(b *testing.B) {
@@ -119,4 +146,47 @@ func resetServerStats(b *testing.B) {
 	if err := admin.ConfigResetStat(context.Background()).Err(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// throughput runs op from the given number of goroutines: first 8 calls a
+// goroutine to warm up (scripts loaded, the pool's connections open), then,
+// after reset (if any) and with the timer reset, b.N calls, reported per
+// second as unit. Calls are numbered from 1 across both runs, so a number
+// can name something new each time; g is the calling goroutine's index.
+func throughput(b *testing.B, goroutines int, unit string, reset func(), op func(ctx context.Context, g int, i int64) error) {
+	ctx := context.Background()
+	var ops atomic.Int64
+	run := func(n int64) {
+		end := ops.Load() + n
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := ops.Add(1)
+					if i > end {
+						return
+					}
+					if err := op(ctx, g, i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		ops.Store(end)
+	}
+	run(int64(8 * goroutines))
+	if reset != nil {
+		reset()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	run(int64(b.N))
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit+"/s")
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,39 +221,12 @@ func roundRobinKeys(lib string) []string {
 // reports decisions per second and the microseconds Redis spent executing
 // each decision's commands.
 func measure(b *testing.B, sent *commandNames, goroutines int, decide func(ctx context.Context, i int64) error) {
-	ctx := context.Background()
-	var ops atomic.Int64
-	run := func(n int64) {
-		var wg sync.WaitGroup
-		ops.Store(0)
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := ops.Add(1)
-					if i > n {
-						return
-					}
-					if err := decide(ctx, i); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-	}
-	run(int64(8 * goroutines))
-	resetServerStats(b)
-	sent.reset()
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	run(int64(b.N))
-	elapsed := time.Since(start)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	throughput(b, goroutines, "decisions", func() {
+		resetServerStats(b)
+		sent.reset()
+	}, func(ctx context.Context, _ int, i int64) error {
+		return decide(ctx, i)
+	})
 	b.ReportMetric(serverUsec(b, sent.names())/float64(b.N), "redis-us/op")
 }
 
@@ -307,42 +278,18 @@ func (c *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 // serverUsec returns the microseconds the server spent executing the
-// commands named in sent since the last CONFIG RESETSTAT (INFO
-// commandstats). Only the commands clients sent count: a script's own time
-// already includes the commands it calls, which commandstats lists as well,
-// so adding those would count them twice. The measurement's INFO, CONFIG,
-// PING, CLIENT and HELLO never count.
+// commands named in sent since the last CONFIG RESETSTAT. Only the
+// commands clients sent count: a script's own time already includes the
+// commands it calls, which commandstats lists as well, so adding those
+// would count them twice.
 func serverUsec(b *testing.B, sent map[string]bool) float64 {
 	b.Helper()
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
-	info, err := admin.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
 	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		name, ok = strings.CutPrefix(name, "cmdstat_")
-		if !ok {
-			continue
-		}
-		base, _, _ := strings.Cut(name, "|")
-		switch base {
-		case "info", "config", "ping", "client", "hello":
-			continue
-		}
-		if !sent[base] {
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "usec="); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				total += n
-			}
+	for name, st := range commandStats(b, admin) {
+		if sent[name] {
+			total += st.usec
 		}
 	}
 	return total

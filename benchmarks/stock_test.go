@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,36 +65,10 @@ func benchReserve(b *testing.B, goroutines int) {
 		b.Run(r.name, func(b *testing.B) {
 			rdb, _ := newClient(b)
 			reserve := r.new(b, rdb)
-			ctx := context.Background()
-			var ops atomic.Int64
 			prefix := uniqueKey("o")
-			run := func(n int64) {
-				var wg sync.WaitGroup
-				ops.Store(0)
-				for range goroutines {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							i := ops.Add(1)
-							if i > n {
-								return
-							}
-							if err := reserve(ctx, prefix+strconv.FormatInt(i, 36)+fmt.Sprint(n)); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-			}
-			run(int64(8 * goroutines)) // warm up: load the scripts, open the pool's connections
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			run(int64(b.N))
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reservations/s")
+			throughput(b, goroutines, "reservations", nil, func(ctx context.Context, _ int, i int64) error {
+				return reserve(ctx, prefix+strconv.FormatInt(i, 36))
+			})
 		})
 	}
 }
@@ -178,26 +151,11 @@ func abs(x float64) float64 {
 }
 
 // nodeCommands returns the commands a node executed since CONFIG
-// RESETSTAT, script-internal calls included, without the measurement's own.
+// RESETSTAT, script-internal calls included.
 func nodeCommands(b *testing.B, node *redis.Client) float64 {
-	info, err := node.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
 	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || strings.HasPrefix(name, "cmdstat_info") ||
-			strings.HasPrefix(name, "cmdstat_config") || strings.HasPrefix(name, "cmdstat_cluster") ||
-			strings.HasPrefix(name, "cmdstat_ping") || strings.HasPrefix(name, "cmdstat_hello") || strings.HasPrefix(name, "cmdstat_client") {
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "calls="); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				total += n
-			}
-		}
+	for _, st := range commandStats(b, node) {
+		total += st.calls
 	}
 	return total
 }
