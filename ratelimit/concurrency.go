@@ -12,19 +12,21 @@ import (
 	"github.com/surgekit/surge/internal/script"
 )
 
-//go:embed slot_acquire.lua
-var slotAcquireLua string
-
-//go:embed slot_release.lua
-var slotReleaseLua string
-
-//go:embed slot_extend.lua
-var slotExtendLua string
-
+// The slot scripts start with slot_common.lua (the clock and the set's
+// expiry).
 var (
-	slotAcquireScript = script.New(slotAcquireLua)
-	slotReleaseScript = script.New(slotReleaseLua)
-	slotExtendScript  = script.New(slotExtendLua)
+	//go:embed slot_common.lua
+	slotCommonLua string
+	//go:embed slot_acquire.lua
+	slotAcquireLua string
+	//go:embed slot_release.lua
+	slotReleaseLua string
+	//go:embed slot_extend.lua
+	slotExtendLua string
+
+	slotAcquireScript = script.New(slotCommonLua + "\n" + slotAcquireLua)
+	slotReleaseScript = script.New(slotCommonLua + "\n" + slotReleaseLua)
+	slotExtendScript  = script.New(slotCommonLua + "\n" + slotExtendLua)
 )
 
 // LimitedError is the error of a TryAcquire refused because the key

@@ -293,14 +293,7 @@ func TestConcurrencyInvalidInputNeverReachesRedis(t *testing.T) {
 		"nil slot extend": func() error { return nilSlot.Extend(ctx, time.Second) },
 		"nil slot":        func() error { return nilSlot.Release(ctx) },
 	}
-	for name, call := range cases {
-		if err := call(); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v, want ErrInvalid", name, err)
-		}
-	}
-	if n := all.Hits(); n != 0 {
-		t.Fatalf("%d commands reached Redis", n)
-	}
+	wantInvalid(t, all, cases)
 }
 
 func TestMillisRoundsUp(t *testing.T) {

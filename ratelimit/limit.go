@@ -29,6 +29,7 @@ const (
 	SlidingWindow
 )
 
+// String returns the algorithm's name, as in "sliding-log".
 func (a Algorithm) String() string {
 	switch a {
 	case GCRA:
@@ -77,6 +78,8 @@ func (l Limit) WithBurst(b int64) Limit { l.Burst = b; return l }
 // Using returns the limit counted by a.
 func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
 
+// String describes the limit for logs and errors, as in
+// "10/1s burst 20 (gcra)".
 func (l Limit) String() string {
 	s := strconv.FormatInt(l.Rate, 10) + "/" + l.Period.String()
 	if l.Algorithm == GCRA && l.Burst != 0 && l.Burst != l.Rate {

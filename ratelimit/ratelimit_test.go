@@ -352,6 +352,13 @@ func TestInvalidInputNeverReachesRedis(t *testing.T) {
 		"bad prefix":      func() error { _, err := New(other, WithPrefix("a{b")); return err },
 		"nil client":      func() error { _, err := New(nil); return err },
 	}
+	wantInvalid(t, all, cases)
+}
+
+// wantInvalid fails the test unless every call returns ErrInvalid and
+// none reaches Redis (all counts every command).
+func wantInvalid(t *testing.T, all *redistest.Rule, cases map[string]func() error) {
+	t.Helper()
 	for name, call := range cases {
 		if err := call(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)

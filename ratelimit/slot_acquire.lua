@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  the key's slots: a sorted set, member = slot id, score = the
 --          lease's deadline in milliseconds since the epoch
--- ARGV[1]  now in milliseconds, or '' for Redis TIME (tests pin the clock)
+-- ARGV[1]  now in milliseconds, or '' for Redis TIME (slot_common.lua)
 -- ARGV[2]  limit: how many slots may be held at once
 -- ARGV[3]  lease in milliseconds
 -- ARGV[4]  the new slot's id (random, made by the caller: math.random is
@@ -20,26 +20,10 @@
 -- same step, so the key never outlives its last lease; a set found without
 -- a TTL (written by someone else) is given one back. A slot id already in
 -- the set is a resent call whose reply was lost: it keeps its slot.
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 local key, limit, lease, id = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 
 -- A lease whose deadline is now or earlier has ended.
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
-
--- The set lives exactly as long as its latest lease. Every remaining
--- deadline is after now, so the TTL is at least 1 ms.
-local function expire_at_last()
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if last[2] then
-    redis.call('PEXPIRE', key, string.format('%d', tonumber(last[2]) - now))
-  end
-end
 
 local deadline = string.format('%d', now + lease)
 if redis.call('ZSCORE', key, id) then

@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  the key's slots: a sorted set, member = slot id, score = the
 --          lease's deadline in milliseconds since the epoch
--- ARGV[1]  now in milliseconds, or '' for Redis TIME (tests pin the clock)
+-- ARGV[1]  now in milliseconds, or '' for Redis TIME (slot_common.lua)
 -- ARGV[2]  slot id
 -- ARGV[3]  new lease in milliseconds
 --
@@ -15,13 +15,6 @@
 -- deadline are one step; and the set's TTL follows its latest deadline in
 -- the same step, so the key never outlives its last lease nor dies before
 -- it.
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 local key, id = KEYS[1], ARGV[2]
 local deadline = redis.call('ZSCORE', key, id)
 if not deadline then
@@ -32,6 +25,5 @@ if tonumber(deadline) <= now then
   return 0
 end
 redis.call('ZADD', key, string.format('%d', now + tonumber(ARGV[3])), id)
-local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-redis.call('PEXPIRE', key, string.format('%d', tonumber(last[2]) - now))
+expire_at_last()
 return 1

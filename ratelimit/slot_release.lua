@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  the key's slots: a sorted set, member = slot id, score = the
 --          lease's deadline in milliseconds since the epoch
--- ARGV[1]  now in milliseconds, or '' for Redis TIME (tests pin the clock)
+-- ARGV[1]  now in milliseconds, or '' for Redis TIME (slot_common.lua)
 -- ARGV[2]  slot id
 --
 -- Reply: 1 released; 0 the slot was not held: its lease had ended (another
@@ -15,13 +15,6 @@
 -- ended slot is removed too: it is garbage either way. Removing a member
 -- never needs a TTL change: the set's TTL already covers every deadline
 -- left in it.
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 local deadline = redis.call('ZSCORE', KEYS[1], ARGV[2])
 if not deadline then
   return 0

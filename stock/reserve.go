@@ -35,6 +35,7 @@ const (
 	Returned State = 3
 )
 
+// String returns the state's name: "held", "sold" or "returned".
 func (s State) String() string {
 	switch s {
 	case Held:
