@@ -222,9 +222,14 @@ func ownTag(key string) (bool, error) {
 // Script arguments boxed once: boxing a string into an interface
 // allocates, and these go with every decision.
 var (
-	algorithmArgs     = [...]any{"g", "f", "l", "w"}
-	modeArgs          = [2]any{"0", "1"}
-	noArg         any = ""
+	algorithmArgs = func() (a [SlidingWindow + 1]any) {
+		for alg := range a {
+			a[alg] = Algorithm(alg).code()
+		}
+		return a
+	}()
+	modeArgs     = [2]any{"0", "1"}
+	noArg    any = ""
 )
 
 func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...Check) (Decision, error) {
