@@ -10,21 +10,29 @@ import (
 // maxBatch bounds the orders sent in one reserve script call.
 const maxBatch = 64
 
+// maxInFlight bounds the reserve script calls in flight at once for one
+// bucket from one Counter. One would give the biggest batches, but then
+// every order waits for a whole round trip plus the batch before it: a
+// second call in flight keeps the connection and the server busy while the
+// first one's reply travels back.
+const maxInFlight = 2
+
 // A batcher gathers concurrent Reserve calls whose buyers have their home
-// on one bucket and sends them in one script call (reserve.lua decides each
-// order in turn, as if it had come alone). Nothing waits to fill a batch:
-// a caller that finds no batch in flight sends its order at once, and the
-// orders that arrive while a batch is in flight go together in the next
-// one, sent by the first of them. A lone caller pays a mutex; a crowd pays
-// one round trip and a handful of Redis commands per batch instead of per
-// order, which is what keeps a hot item's node from saturating.
+// on one bucket and sends them in few script calls (reserve.lua decides
+// each order in turn, as if it had come alone). Nothing waits to fill a
+// batch: a caller that finds fewer than maxInFlight batches in flight sends
+// its order at once, and the orders that arrive while the batches are in
+// flight queue and go together in the next one, sent by the first of them.
+// A lone caller pays a mutex; a crowd pays one round trip and a handful of
+// Redis commands per batch instead of per order, which is what keeps a hot
+// item's node from saturating.
 type batcher struct {
 	key string // the bucket's hash key, its name in Counter.batchers
 
-	mu      sync.Mutex
-	pending []*pending // FIFO; pending[0] sends the next batch
-	busy    bool       // a batch is in flight or about to be sent
-	dead    bool       // removed from Counter.batchers: join another
+	mu       sync.Mutex
+	pending  []*pending // queued calls, FIFO
+	inFlight int        // leaders: batches in flight or about to be sent
+	dead     bool       // removed from Counter.batchers: join another
 }
 
 // pending is one Reserve call's order in a batcher.
@@ -62,7 +70,7 @@ func (c *Counter) reserveHome(ctx context.Context, item string, l *layout, h int
 			return [4]int64{}, err
 		}
 		if p.state == leading {
-			c.send(item, l, b)
+			c.send(item, l, b, p)
 		}
 		// The batcher has finished p: nothing writes its fields any more.
 		if p.retry && ctx.Err() == nil {
@@ -75,8 +83,8 @@ func (c *Counter) reserveHome(ctx context.Context, item string, l *layout, h int
 	}
 }
 
-// join queues p on key's batcher, creating it if needed. p leads if no
-// batch is in flight.
+// join queues p on key's batcher, creating it if needed. p leads a batch
+// of its own if fewer than maxInFlight are in flight.
 func (c *Counter) join(key string, p *pending) *batcher {
 	for {
 		v, ok := c.batchers.Load(key)
@@ -89,9 +97,11 @@ func (c *Counter) join(key string, p *pending) *batcher {
 			b.mu.Unlock()
 			continue
 		}
-		b.pending = append(b.pending, p)
-		if !b.busy {
-			b.busy, p.state = true, leading
+		if b.inFlight < maxInFlight {
+			b.inFlight++
+			p.state = leading
+		} else {
+			b.pending = append(b.pending, p)
 		}
 		b.mu.Unlock()
 		return b
@@ -122,7 +132,7 @@ func (b *batcher) wait(p *pending) error {
 	case sent:
 		return fmt.Errorf("stock: order %q: %w (it may have been reserved: retry it with the same id to learn)", p.order.ID, p.ctx.Err())
 	case leading:
-		b.pending = slices.DeleteFunc(b.pending, func(q *pending) bool { return q == p })
+		// Led to a batch not sent yet: its place goes to the next in line.
 		b.handOver()
 	default:
 		b.pending = slices.DeleteFunc(b.pending, func(q *pending) bool { return q == p })
@@ -130,34 +140,36 @@ func (b *batcher) wait(p *pending) error {
 	return fmt.Errorf("stock: order %q: %w", p.order.ID, p.ctx.Err())
 }
 
-// handOver passes the lead to the first queued call, or retires the
-// batcher when none is left. The caller holds b.mu.
+// handOver gives up a leader's place: the first queued call, if any, leads
+// the next batch. The caller holds b.mu.
 func (b *batcher) handOver() {
 	if len(b.pending) > 0 {
 		next := b.pending[0]
+		b.pending = slices.Delete(b.pending, 0, 1)
 		next.state = leading
 		next.done <- struct{}{}
 		return
 	}
-	b.busy = false
+	b.inFlight--
 }
 
-// send sends the batch led by the first pending call (whose own order it
-// holds), finishes every call in it, and hands the lead on.
-func (c *Counter) send(item string, l *layout, b *batcher) {
+// send sends lead's order and the calls queued behind it as one batch,
+// finishes every call in it, and hands the lead on.
+func (c *Counter) send(item string, l *layout, b *batcher, lead *pending) {
 	b.mu.Lock()
-	lead := b.pending[0]
-	size := 1
-	for size < len(b.pending) && size < maxBatch && b.pending[size].n == lead.n {
+	size := 0
+	for size < len(b.pending) && size < maxBatch-1 && b.pending[size].n == lead.n {
 		size++
 	}
-	batch := slices.Clone(b.pending[:size])
+	batch := make([]*pending, 0, 1+size)
+	batch = append(append(batch, lead), b.pending[:size]...)
 	rest := copy(b.pending, b.pending[size:])
 	clear(b.pending[rest:])
 	b.pending = b.pending[:rest]
 	for _, p := range batch {
 		p.state = sent
 	}
+	size = len(batch)
 	b.mu.Unlock()
 
 	h := home(lead.order.Buyer, lead.n)
@@ -186,7 +198,7 @@ func (c *Counter) send(item string, l *layout, b *batcher) {
 		}
 	}
 	b.handOver()
-	if !b.busy {
+	if b.inFlight == 0 {
 		b.dead = true
 		c.batchers.CompareAndDelete(b.key, b)
 	}

@@ -29,19 +29,33 @@ func waiting(c *Counter, item string) int {
 	return n
 }
 
-// holdFirstReserve pauses the next reserve script call at the client, and
-// returns its rule and a channel that reports the paused Reserve's error.
-func holdFirstReserve(t *testing.T, f *redistest.Faults, c *Counter, item string, o Order) (*redistest.Rule, <-chan error) {
+// fillFlight starts maxInFlight Reserve calls and pauses their script
+// calls at the client, so that the calls after them queue. It returns the
+// pausing rule and a channel that reports each paused call's error.
+func fillFlight(t *testing.T, f *redistest.Faults, c *Counter, item string) (*redistest.Rule, <-chan error) {
 	t.Helper()
-	rule := f.On(redistest.Script(reserveScript.Hash())).Hold().Times(1)
+	rule := f.On(redistest.Script(reserveScript.Hash())).Hold().Times(maxInFlight)
 	t.Cleanup(rule.Release)
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Reserve(context.Background(), item, o)
-		done <- err
-	}()
-	redistest.WaitFor(t, 10*time.Second, "the first reserve to be in flight", func() bool { return rule.Hits() == 1 })
+	done := make(chan error, maxInFlight)
+	for i := range maxInFlight {
+		go func() {
+			_, err := c.Reserve(context.Background(), item, order(fmt.Sprint("first", i), fmt.Sprint("ann", i)))
+			done <- err
+		}()
+	}
+	redistest.WaitFor(t, 10*time.Second, "the first reserves to be in flight", func() bool { return rule.Hits() == maxInFlight })
 	return rule, done
+}
+
+// land releases the calls fillFlight paused and waits for them.
+func land(t *testing.T, rule *redistest.Rule, done <-chan error) {
+	t.Helper()
+	rule.Release()
+	for range maxInFlight {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // warm loads the scripts, so that every later reserve is one EVALSHA.
@@ -57,13 +71,13 @@ type outcome struct {
 	err error
 }
 
-func TestCallsThatArriveDuringAReserveGoTogetherInTheNext(t *testing.T) {
+func TestCallsThatArriveWhileTheFlightIsFullGoTogetherInTheNext(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		f := redistest.NewFaults()
 		c := newCounter(t, b.Client(t, f))
 		item := newItem(t, c, Item{Total: 100, PerBuyer: 1})
 		warm(t, c, item)
-		first, firstDone := holdFirstReserve(t, f, c, item, order("first", "ann"))
+		first, firstDone := fillFlight(t, f, c, item)
 
 		// Ten calls queue behind it: two of one buyer, and one order sent
 		// twice. Decided one after the other in one script call, exactly
@@ -80,10 +94,7 @@ func TestCallsThatArriveDuringAReserveGoTogetherInTheNext(t *testing.T) {
 			}()
 			redistest.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return waiting(c, item) == i+1 })
 		}
-		first.Release()
-		if err := <-firstDone; err != nil {
-			t.Fatal(err)
-		}
+		land(t, first, firstDone)
 		var reserved, replayed, overLimit int
 		for range orders {
 			o := <-results
@@ -101,10 +112,11 @@ func TestCallsThatArriveDuringAReserveGoTogetherInTheNext(t *testing.T) {
 		if reserved != 8 || replayed != 1 || overLimit != 1 {
 			t.Fatalf("reserved %d, replayed %d, over the limit %d; want 8, 1, 1", reserved, replayed, overLimit)
 		}
-		if calls := first.Hits(); calls != 2 {
-			t.Fatalf("%d reserve script calls for the held one and the ten behind it, want 2", calls)
+		if calls := first.Hits(); calls != maxInFlight+1 {
+			t.Fatalf("%d reserve script calls for the %d held and the ten behind them, want %d", calls, maxInFlight, maxInFlight+1)
 		}
-		wantLevels(t, c, item, Levels{Total: 100, Available: 90, Held: 10})
+		held := int64(1 + maxInFlight + 8)
+		wantLevels(t, c, item, Levels{Total: 100, Available: 100 - held, Held: held})
 	})
 }
 
@@ -114,7 +126,7 @@ func TestACallThatGivesUpInTheQueueLeavesNoTrace(t *testing.T) {
 		c := newCounter(t, b.Client(t, f))
 		item := newItem(t, c, Item{Total: 10, PerBuyer: 1})
 		warm(t, c, item)
-		first, firstDone := holdFirstReserve(t, f, c, item, order("first", "ann"))
+		first, firstDone := fillFlight(t, f, c, item)
 
 		ctx, cancel := context.WithCancel(context.Background())
 		gaveUp := make(chan error, 1)
@@ -130,16 +142,14 @@ func TestACallThatGivesUpInTheQueueLeavesNoTrace(t *testing.T) {
 		if n := waiting(c, item); n != 0 {
 			t.Fatalf("%d calls still queued", n)
 		}
-		first.Release()
-		if err := <-firstDone; err != nil {
-			t.Fatal(err)
-		}
+		land(t, first, firstDone)
 		// The order never reached Redis: reserving it now is its first time.
 		r, err := c.Reserve(context.Background(), item, order("quitter", "bob"))
 		if err != nil || r.Replayed {
 			t.Fatalf("Reserve after giving up: %+v %v, want a fresh reservation", r, err)
 		}
-		wantLevels(t, c, item, Levels{Total: 10, Available: 7, Held: 3})
+		held := int64(1 + maxInFlight + 1)
+		wantLevels(t, c, item, Levels{Total: 10, Available: 10 - held, Held: held})
 	})
 }
 
@@ -149,7 +159,7 @@ func TestABatchWhoseSenderGivesUpIsSentAgainByTheOthers(t *testing.T) {
 		c := newCounter(t, b.Client(t, f))
 		item := newItem(t, c, Item{Total: 10, PerBuyer: 1})
 		warm(t, c, item)
-		first, firstDone := holdFirstReserve(t, f, c, item, order("first", "ann"))
+		first, firstDone := fillFlight(t, f, c, item)
 		second := f.On(redistest.Script(reserveScript.Hash())).Hold().Times(1)
 		t.Cleanup(second.Release)
 
@@ -170,10 +180,7 @@ func TestABatchWhoseSenderGivesUpIsSentAgainByTheOthers(t *testing.T) {
 			}()
 			redistest.WaitFor(t, 10*time.Second, "the riders to queue", func() bool { return waiting(c, item) == 2+i })
 		}
-		first.Release()
-		if err := <-firstDone; err != nil {
-			t.Fatal(err)
-		}
+		land(t, first, firstDone)
 		redistest.WaitFor(t, 10*time.Second, "the second batch to be in flight", func() bool { return second.Hits() == 1 })
 		cancel()
 		if err := <-senderDone; !errors.Is(err, context.Canceled) {
@@ -184,6 +191,7 @@ func TestABatchWhoseSenderGivesUpIsSentAgainByTheOthers(t *testing.T) {
 				t.Fatalf("rider: %+v %v, want reserved", o.r, o.err)
 			}
 		}
-		wantLevels(t, c, item, Levels{Total: 10, Available: 6, Held: 4})
+		held := int64(1 + maxInFlight + 2)
+		wantLevels(t, c, item, Levels{Total: 10, Available: 10 - held, Held: held})
 	})
 }
