@@ -171,9 +171,9 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 // key returns the Redis key of key's counter under limit, built with one
 // allocation: it is on every decision's path.
 func (l *Limiter) key(key string, limit Limit) (string, error) {
-	own, err := ownTag(key)
+	own, err := hashtag.OwnTag(key)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	var b strings.Builder
 	b.Grow(len(l.prefix) + len(key) + 64)
@@ -193,30 +193,11 @@ func (l *Limiter) key(key string, limit Limit) (string, error) {
 // tagged returns prefix + key + suffix, key wrapped in braces unless it
 // carries its own hash tag.
 func (l *Limiter) tagged(key, suffix string) (string, error) {
-	own, err := ownTag(key)
+	k, err := hashtag.Tagged(l.prefix, key, suffix)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if own {
-		return l.prefix + key + suffix, nil
-	}
-	return hashtag.Key(l.prefix, key, suffix), nil
-}
-
-// ownTag reports whether key carries its own hash tag ({...}), which then
-// decides its cluster slot; any other key becomes its own tag.
-func ownTag(key string) (bool, error) {
-	if key == "" {
-		return false, fmt.Errorf("%w: empty key", ErrInvalid)
-	}
-	i := strings.IndexByte(key, '{')
-	if i < 0 {
-		return false, nil
-	}
-	if j := strings.IndexByte(key[i+1:], '}'); j <= 0 {
-		return false, fmt.Errorf("%w: key %q has a '{' but no non-empty {tag}", ErrInvalid, key)
-	}
-	return true, nil
+	return k, nil
 }
 
 // Script arguments boxed once: boxing a string into an interface

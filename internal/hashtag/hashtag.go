@@ -8,6 +8,7 @@ package hashtag
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -62,4 +63,35 @@ func Slot(key string) int {
 		}
 	}
 	return int(crc) % Slots
+}
+
+// OwnTag reports whether key carries its own non-empty hash tag ({...}),
+// which then decides its slot; a key without one is meant to become its own
+// tag. A key with a '{' but no non-empty tag after it is an error: it would
+// hash whole, apart from whatever the caller meant to group it with.
+func OwnTag(key string) (bool, error) {
+	if key == "" {
+		return false, errors.New("empty key")
+	}
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return false, nil
+	}
+	if j := strings.IndexByte(key[i+1:], '}'); j <= 0 {
+		return false, fmt.Errorf("key %q has a '{' but no non-empty {tag}", key)
+	}
+	return true, nil
+}
+
+// Tagged returns prefix + key + suffix with key wrapped in braces, unless
+// it carries its own hash tag (OwnTag).
+func Tagged(prefix, key, suffix string) (string, error) {
+	own, err := OwnTag(key)
+	if err != nil {
+		return "", err
+	}
+	if own {
+		return prefix + key + suffix, nil
+	}
+	return Key(prefix, key, suffix), nil
 }
