@@ -1,0 +1,86 @@
+package counter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/hashtag"
+	"github.com/surgekit/surge/internal/script"
+)
+
+// RedisClient is what a Client needs from a go-redis client: running its
+// scripts. *redis.Client, *redis.ClusterClient and *redis.Ring satisfy it,
+// as does every redis.UniversalClient.
+type RedisClient interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+var (
+	_ RedisClient = (*redis.Client)(nil)
+	_ RedisClient = (*redis.ClusterClient)(nil)
+	_ RedisClient = (*redis.Ring)(nil)
+	_ RedisClient = redis.UniversalClient(nil)
+)
+
+// Client keeps counters, unique counts, sign-in calendars and versioned
+// values in Redis. It is safe for concurrent use; create one per process
+// and share it.
+type Client struct {
+	rdb    RedisClient
+	prefix string
+	// clock, when set, replaces both Redis TIME and the local clock: tests
+	// pin it to cross period boundaries on a real server. redisClock, when
+	// set, replaces Redis TIME alone, so tests can skew the two.
+	clock, redisClock func() time.Time
+}
+
+// New returns a Client that keeps its data in rdb.
+func New(rdb RedisClient, opts ...Option) (*Client, error) {
+	if script.IsNil(rdb) {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	}
+	cfg := config{prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Client{rdb: rdb, prefix: cfg.prefix}, nil
+}
+
+// key returns the Redis key of what the caller calls key, plus suffix: the
+// prefix, then key in braces unless it carries its own {tag}.
+func (c *Client) key(key, suffix string) (string, error) {
+	k, err := hashtag.Tagged(c.prefix, key, suffix)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return k, nil
+}
+
+// now is the local clock, or the test clock.
+func (c *Client) now() time.Time {
+	if c.clock != nil {
+		return c.clock()
+	}
+	return time.Now()
+}
+
+// nowArg is the script argument that stands for the current time: "" (the
+// script reads Redis TIME) unless a test pinned the clock, then its Unix
+// milliseconds.
+func (c *Client) nowArg() any {
+	if c.redisClock != nil {
+		return c.redisClock().UnixMilli()
+	}
+	if c.clock != nil {
+		return c.clock().UnixMilli()
+	}
+	return ""
+}

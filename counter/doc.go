@@ -1,0 +1,111 @@
+// Package counter keeps counts in Redis that must hold under a crowd:
+// capped counters, calendar-window counters, several limits checked and
+// bumped at once, unique counts, sign-in calendars and versioned values.
+//
+// # Why
+//
+// A lottery allowed 3 draws a day and 5 wins in total. Its first version
+// read the count, compared, then incremented: 100 parallel requests all
+// read "under the limit" and won far more than 5. Its second version used
+// INCR and checked the result, with a key that expired at midnight: a key
+// can vanish between a read and an INCR and start again from zero, and
+// attackers time their bursts to the expiry. A DDOS counter created with
+// INCR and then EXPIRE was re-created by a late INCR without a TTL and
+// blocked a user forever. Every state change here is one Lua script, and
+// every key is born with its expiry in the script that creates it.
+//
+// # Capped counts and windows
+//
+// A Limit names a count (Key), the most it may reach (Cap) and when it
+// starts again (Window). Incr adds n only if the result stays within the
+// cap; otherwise nothing changes and the Count says so.
+//
+// A Window divides time into periods: Fixed(d) periods aligned to the Unix
+// epoch, or the calendar days, ISO weeks or months of a time zone (Daily,
+// Weekly, Monthly). Each period is counted under its own key, named after
+// the period:
+//
+//	surge:ct:{user:42}:draws:d2026-11-23    a day, by its local date
+//	surge:ct:{user:42}:draws:w2026-W48      an ISO week
+//	surge:ct:{user:42}:draws:m2026-11       a month
+//	surge:ct:{user:42}:draws:t60000:29923200  a minute, by its index since 1970
+//
+// so a period's count cannot be reset by an expiry at its boundary: at
+// midnight, the next call simply counts under the next day's key. The
+// expiry only cleans up: it falls after the period's end plus a margin
+// (five minutes, or the period's length if shorter) well above the clock
+// skew between Redis servers, plus a jitter of up to an hour taken from the
+// key's hash, so that a million users' keys do not expire in the same
+// second. The script writes the count and its expiry in one SET ... PXAT,
+// so a key that somehow lost its expiry gets it back on the next count.
+//
+// The Redis clock decides the period. The caller's machine computes the
+// key names of the period its own clock is in and of both neighbours (it
+// knows the time zone rules; Lua does not), and the script picks one by
+// Redis TIME. App servers whose clocks disagree by less than a period
+// therefore count in the same period.
+//
+// Calendar periods follow the zone's rules: a day in which the clocks
+// change lasts 23 or 25 hours; where local midnight does not exist (Cuba
+// moves its clocks from 00:00 to 01:00), the day starts at the jump; a day
+// a zone skipped (Samoa, 2011-12-30) has no period.
+//
+// A count without a Window never starts again; Limit.TTL, if set, makes
+// it expire that long after it was first counted (the campaign's length,
+// say). One key should always be counted with the same Window.
+//
+// # Several limits at once
+//
+// Take makes several counts in one atomic call, all or nothing: if any
+// required Op would pass its cap, no count changes. An Optional Op is
+// counted only if it fits, and never refuses the call. The lottery reads:
+//
+//	ops := []counter.Op{{Limit: drawsToday, N: 1}} // required
+//	if ticketWins {
+//		ops = append(ops, counter.Op{Limit: winsTotal, N: 1, Optional: true})
+//	}
+//	out, err := c.Take(ctx, ops...)
+//
+// The draw counts whether or not the ticket wins, and the win counts only
+// while the user has wins left: a winning ticket with no wins left is a
+// draw without a prize (Counts[1].Counted is false). A draw past the day's
+// limit is refused and counts nothing.
+//
+// The keys of one Take call must be in one Redis Cluster slot: give them a
+// common hash tag, such as "{user:42}:draws" and "{user:42}:wins". Take
+// checks this on every deployment, so code tested on one server does not
+// fail on a cluster. A key without a tag becomes its own tag.
+//
+// # Guarantees
+//
+//   - A count never passes its cap, under any concurrency: the check and
+//     the increment are one script.
+//   - A refused Take changes nothing.
+//   - Every key has an expiry unless its Limit asks for none (no Window and
+//     no TTL), and a windowed key's expiry is restored on its next count.
+//   - A period's count lasts the whole period, whatever the expiries.
+//
+// Not promised: counts survive the loss of a Redis primary that had not
+// replicated them (Redis replication is asynchronous); Fixed windows are
+// not sliding windows (a burst may straddle a boundary: use package
+// ratelimit for smooth rates).
+//
+// # Unique counts, sign-in calendars and versioned values
+//
+// AddUnique, CountUnique and CountUniqueBetween count distinct items per
+// period with HyperLogLog (12 KB per period, about 0.8% error); a range of
+// periods is counted as a union by merging into a temporary key inside one
+// script.
+//
+// SignIn, MakeUp, Reward, Month and Streak keep a user's sign-in calendar
+// in 2 bits per day, one small Redis string per user and month.
+//
+// Load, CompareAndSet and CompareAndDelete keep a value with a version
+// stamped from Redis TIME: a write succeeds only if the version it read
+// is still the current one, so team members editing a shared list cannot
+// overwrite each other's changes unseen.
+//
+// A Client is safe for concurrent use. Every method takes a context first;
+// cancelling it returns an error that wraps ctx.Err(). Bad arguments wrap
+// ErrInvalid and never reach Redis.
+package counter

@@ -1,0 +1,24 @@
+package counter
+
+import (
+	_ "embed"
+
+	"github.com/surgekit/surge/internal/script"
+)
+
+// period.lua is prepended to the scripts that count in windows.
+//
+//go:embed period.lua
+var periodLua string
+
+func windowed(src string) *script.Script { return script.New(periodLua + "\n" + src) }
+
+var (
+	//go:embed take.lua
+	takeLua    string
+	takeScript = windowed(takeLua)
+
+	//go:embed get.lua
+	getLua    string
+	getScript = windowed(getLua)
+)

@@ -1,0 +1,224 @@
+package counter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/surgekit/surge/internal/hashtag"
+)
+
+// Limit is a capped count: what is counted (Key), the most it may reach
+// (Cap), and when it starts again (Window).
+type Limit struct {
+	// Key names the count. The counts of one Take call must live in one
+	// Redis Cluster slot: give their keys a common hash tag, such as
+	// "{user:42}:draws" and "{user:42}:wins". A key without a tag becomes
+	// its own.
+	Key string
+	// Cap is the most the count may reach within one period. Zero admits
+	// nothing; it may not be negative.
+	Cap int64
+	// Window decides when the count starts again at zero. The zero Window
+	// never does.
+	Window Window
+	// TTL applies to a count without a Window: it expires this long after
+	// it was first counted (zero: never). A windowed count's keys expire on
+	// their own shortly after their period ends; TTL must then be zero.
+	TTL time.Duration
+}
+
+// Op is one count of a Take call: add N to Limit's count.
+type Op struct {
+	Limit
+	// N is what to add, at least 1.
+	N int64
+	// Optional makes the count one that is made only if it fits under its
+	// cap, and that never refuses the call: "count the draw, and the win
+	// too if the user has wins left". A required count (the default) that
+	// does not fit refuses the whole call, and then nothing is counted,
+	// optional counts included.
+	Optional bool
+}
+
+// Count is the state of one count after a call.
+type Count struct {
+	// Counted reports whether this call added to the count.
+	Counted bool
+	// Value is the count in the current period after the call.
+	Value int64
+	// Remaining is how much more the count may take in this period.
+	Remaining int64
+	// Reset is when the current period ends and the count starts again:
+	// zero for a count without a Window.
+	Reset time.Time
+}
+
+// Outcome is the result of a Take call.
+type Outcome struct {
+	// Allowed reports whether every required count fitted, so that the
+	// call was counted.
+	Allowed bool
+	// Counts holds each Op's count, in the order of the Ops.
+	Counts []Count
+}
+
+// Incr adds n to l's count if the result stays within l.Cap, in one atomic
+// step, and reports the count. It is Take with one required Op.
+func (c *Client) Incr(ctx context.Context, l Limit, n int64) (Count, error) {
+	out, err := c.Take(ctx, Op{Limit: l, N: n})
+	if err != nil {
+		return Count{}, err
+	}
+	return out.Counts[0], nil
+}
+
+// Take makes several counts at once, all or nothing: if any required Op
+// would take its count over its cap, the call is refused and no count
+// changes; otherwise every required Op is counted, and every optional Op
+// that fits. Each count's key is created with its expiry in the same
+// atomic step, and the Redis clock decides which period each windowed
+// count is in.
+//
+// All the Ops' keys must hash to one Redis Cluster slot (see Limit.Key);
+// Take checks it on every deployment, so that code tested on one server
+// does not fail on a cluster.
+func (c *Client) Take(ctx context.Context, ops ...Op) (Outcome, error) {
+	if len(ops) == 0 {
+		return Outcome{}, fmt.Errorf("%w: Take needs at least one Op", ErrInvalid)
+	}
+	return c.take(ctx, ops)
+}
+
+func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
+	now := c.now()
+	where := make([]*periods, len(ops))
+	keys := make([]any, 0, 3*len(ops))
+	argv := make([]any, 1, 1+8*len(ops))
+	argv[0] = c.nowArg()
+	slot := -1
+	for i, op := range ops {
+		if err := op.check(); err != nil {
+			return Outcome{}, err
+		}
+		pl, err := c.place(op.Limit, now)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if s := hashtag.Slot(pl.keys[0].(string)); slot < 0 {
+			slot = s
+		} else if s != slot {
+			return Outcome{}, fmt.Errorf("%w: the keys of one Take call must share a cluster slot: give them a common {tag} (%q and %q do not)", ErrInvalid, ops[0].Key, op.Key)
+		}
+		opt := "0"
+		if op.Optional {
+			opt = "1"
+		}
+		where[i] = pl.p
+		keys = append(keys, pl.keys[:]...)
+		argv = append(argv, op.N, op.Cap, opt, pl.start, pl.end)
+		argv = append(argv, pl.exp[:]...)
+	}
+	args := takeScript.Args(len(keys), len(argv))
+	args = append(append(args, keys...), argv...)
+	res, err := takeScript.Ints(ctx, c.rdb, args)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("counter: take: %w", err)
+	}
+	if len(res) != 1+3*len(ops) {
+		return Outcome{}, fmt.Errorf("counter: take: %d integers in reply to %d counts", len(res), len(ops))
+	}
+	out := Outcome{Allowed: res[0] == 1, Counts: make([]Count, len(ops))}
+	for i, op := range ops {
+		r := res[1+3*i:]
+		out.Counts[i] = count(op.Limit, where[i], r[0], r[2])
+		out.Counts[i].Counted = r[1] == 1
+	}
+	return out, nil
+}
+
+// Get reads l's count in the current period, without counting. Its
+// Counted is false.
+func (c *Client) Get(ctx context.Context, l Limit) (Count, error) {
+	if err := (Op{Limit: l, N: 1}).check(); err != nil {
+		return Count{}, err
+	}
+	pl, err := c.place(l, c.now())
+	if err != nil {
+		return Count{}, err
+	}
+	// Not a read-only script: miniredis counts TIME as a write.
+	args := append(getScript.Args(3, 3), pl.keys[0], pl.keys[1], pl.keys[2], c.nowArg(), pl.start, pl.end)
+	res, err := getScript.Ints(ctx, c.rdb, args)
+	if err != nil {
+		return Count{}, fmt.Errorf("counter: get: %w", err)
+	}
+	if len(res) != 2 {
+		return Count{}, fmt.Errorf("counter: get: %d integers in reply, want 2", len(res))
+	}
+	return count(l, pl.p, res[0], res[1]), nil
+}
+
+// count builds the Count of l whose value is v in period j (1 to 3) of p.
+func count(l Limit, p *periods, v, j int64) Count {
+	ct := Count{Value: v, Remaining: max(l.Cap-v, 0)}
+	if p != nil && j >= 1 && j <= 3 {
+		ct.Reset = p[j-1].end
+	}
+	return ct
+}
+
+// placement is where a limit's count lives at one moment: the keys of
+// the three periods around it (one key thrice without a window), the
+// current period's bounds and each key's expiry, as script arguments.
+type placement struct {
+	keys       [3]any
+	start, end any
+	exp        [3]any
+	p          *periods // nil without a window
+}
+
+// noBound stands for the bounds and expiries of a count without a window.
+var noBound any = "0"
+
+func (c *Client) place(l Limit, now time.Time) (placement, error) {
+	base, err := c.key(l.Key, "")
+	if err != nil {
+		return placement{}, err
+	}
+	if l.Window.kind == noWindow {
+		return placement{
+			keys:  [3]any{base, base, base},
+			start: noBound, end: noBound,
+			exp: [3]any{l.TTL.Milliseconds(), noBound, noBound},
+		}, nil
+	}
+	p := l.Window.around(now)
+	pl := placement{start: p[1].start.UnixMilli(), end: p[1].end.UnixMilli(), p: p}
+	for i, q := range p {
+		k := base + ":" + q.label
+		pl.keys[i] = k
+		pl.exp[i] = expiry(q, k).UnixMilli()
+	}
+	return pl, nil
+}
+
+// check reports why op cannot be counted, or nil.
+func (op Op) check() error {
+	switch {
+	case op.N < 1:
+		return fmt.Errorf("%w: count %q: n %d must be at least 1", ErrInvalid, op.Key, op.N)
+	case op.Cap < 0:
+		return fmt.Errorf("%w: count %q: cap %d must not be negative", ErrInvalid, op.Key, op.Cap)
+	case op.TTL < 0:
+		return fmt.Errorf("%w: count %q: TTL %v must not be negative", ErrInvalid, op.Key, op.TTL)
+	case op.TTL > 0 && op.Window.kind != noWindow:
+		return fmt.Errorf("%w: count %q: a windowed count expires with its period; TTL must be zero", ErrInvalid, op.Key)
+	case op.TTL%time.Millisecond != 0:
+		return fmt.Errorf("%w: count %q: TTL %v must be a whole number of milliseconds", ErrInvalid, op.Key, op.TTL)
+	}
+	if err := op.Window.check(); err != nil {
+		return fmt.Errorf("count %q: %w", op.Key, err)
+	}
+	return nil
+}

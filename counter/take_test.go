@@ -1,0 +1,359 @@
+package counter
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+func newClient(t *testing.T, rdb redis.UniversalClient) *Client {
+	t.Helper()
+	c, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// pin makes c's clock, local and Redis, read *at.
+func pin(c *Client, at *atomic.Pointer[time.Time]) {
+	c.clock = func() time.Time { return *at.Load() }
+}
+
+func TestIncrStopsAtTheCap(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		l := Limit{Key: redistest.Key(t), Cap: 3, Window: Daily(time.UTC)}
+		ctx := context.Background()
+		for i := int64(1); i <= 3; i++ {
+			got, err := c.Incr(ctx, l, 1)
+			if err != nil || !got.Counted || got.Value != i || got.Remaining != 3-i {
+				t.Fatalf("increment %d: %+v %v", i, got, err)
+			}
+		}
+		got, err := c.Incr(ctx, l, 1)
+		if err != nil || got.Counted || got.Value != 3 || got.Remaining != 0 {
+			t.Fatalf("increment over the cap: %+v %v, want refused at 3", got, err)
+		}
+		if got, err := c.Get(ctx, l); err != nil || got.Value != 3 || got.Counted {
+			t.Fatalf("Get: %+v %v, want 3", got, err)
+		}
+	})
+}
+
+func TestAnIncrementThatWouldPassTheCapCountsNothing(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		l := Limit{Key: redistest.Key(t), Cap: 5}
+		ctx := context.Background()
+		if _, err := c.Incr(ctx, l, 4); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Incr(ctx, l, 2); err != nil || got.Counted || got.Value != 4 {
+			t.Fatalf("4 + 2 over a cap of 5: %+v %v, want refused at 4", got, err)
+		}
+		if got, err := c.Incr(ctx, l, 1); err != nil || !got.Counted || got.Value != 5 {
+			t.Fatalf("4 + 1: %+v %v, want 5", got, err)
+		}
+	})
+}
+
+func TestEveryCountIsBornWithItsExpiry(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		ctx := context.Background()
+		at := &atomic.Pointer[time.Time]{}
+		now := time.Now().Truncate(time.Millisecond)
+		at.Store(&now)
+		pin(c, at)
+
+		daily := Limit{Key: redistest.Key(t) + "d", Cap: 10, Window: Daily(time.UTC)}
+		lived := Limit{Key: redistest.Key(t) + "t", Cap: 10, TTL: time.Hour}
+		forever := Limit{Key: redistest.Key(t) + "f", Cap: 10}
+		for _, l := range []Limit{daily, lived, forever} {
+			if _, err := c.Incr(ctx, l, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pl, err := c.place(daily, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pl.exp[1].(int64)
+		if got := rdb.PExpireTime(ctx, pl.keys[1].(string)).Val(); got.Milliseconds() != want {
+			t.Errorf("daily key expires at %v ms, want %v (end of day + margin + jitter)", got.Milliseconds(), want)
+		}
+		key, _ := c.key(lived.Key, "")
+		if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Errorf("TTL'd count has PTTL %v, want within (0, 1h]", ttl)
+		}
+		key, _ = c.key(forever.Key, "")
+		if ttl := rdb.PTTL(ctx, key).Val(); ttl != -1 {
+			t.Errorf("count without window or TTL has PTTL %v, want none (-1)", ttl)
+		}
+
+		// A later increment keeps the TTL it was born with.
+		key, _ = c.key(lived.Key, "")
+		before := rdb.PExpireTime(ctx, key).Val()
+		if _, err := c.Incr(ctx, lived, 1); err != nil {
+			t.Fatal(err)
+		}
+		if after := rdb.PExpireTime(ctx, key).Val(); after != before {
+			t.Errorf("expiry moved from %v to %v on increment", before, after)
+		}
+	})
+}
+
+func TestAWindowedCountThatLostItsExpiryGetsItBack(t *testing.T) {
+	// The stuck DDOS counter: something (an old INCR-then-EXPIRE code
+	// path) left the key without a TTL.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		ctx := context.Background()
+		l := Limit{Key: redistest.Key(t), Cap: 100, Window: Fixed(time.Hour)}
+		if _, err := c.Incr(ctx, l, 1); err != nil {
+			t.Fatal(err)
+		}
+		pl, _ := c.place(l, time.Now())
+		key := pl.keys[1].(string)
+		if err := rdb.Persist(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Incr(ctx, l, 1); err != nil || got.Value != 2 {
+			t.Fatalf("Incr: %+v %v", got, err)
+		}
+		if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+			t.Fatalf("PTTL %v after an increment, want the expiry back", ttl)
+		}
+	})
+}
+
+// The midnight problem: the count of a day must not restart while the day
+// lasts, and must restart when the next one begins, by the Redis clock.
+func TestADailyCountRestartsAtLocalMidnightAndOnlyThen(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		shanghai := mustZone(t, "Asia/Shanghai")
+		at := &atomic.Pointer[time.Time]{}
+		set := func(t time.Time) { at.Store(&t) }
+		pin(c, at)
+		midnight := time.Date(2026, 11, 24, 0, 0, 0, 0, shanghai)
+		l := Limit{Key: redistest.Key(t), Cap: 3, Window: Daily(shanghai)}
+
+		set(midnight.Add(-time.Second))
+		for i := range 3 {
+			if got, err := c.Incr(ctx, l, 1); err != nil || !got.Counted {
+				t.Fatalf("draw %d before midnight: %+v %v", i, got, err)
+			}
+		}
+		set(midnight.Add(-time.Millisecond))
+		got, err := c.Incr(ctx, l, 1)
+		if err != nil || got.Counted || !got.Reset.Equal(midnight) {
+			t.Fatalf("fourth draw a millisecond before midnight: %+v %v, want refused, reset at midnight", got, err)
+		}
+		set(midnight)
+		got, err = c.Incr(ctx, l, 1)
+		if err != nil || !got.Counted || got.Value != 1 || !got.Reset.Equal(midnight.AddDate(0, 0, 1)) {
+			t.Fatalf("draw at midnight: %+v %v, want the new day's first", got, err)
+		}
+	})
+}
+
+// The period is the Redis clock's: a machine whose clock is still before
+// midnight counts in the new day once Redis has passed it.
+func TestTheRedisClockPicksThePeriod(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		midnight := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
+		local, redisNow := midnight.Add(-2*time.Second), midnight.Add(time.Second)
+		c.clock = func() time.Time { return local }
+		c.redisClock = func() time.Time { return redisNow }
+		l := Limit{Key: redistest.Key(t), Cap: 1, Window: Daily(time.UTC)}
+		got, err := c.Incr(ctx, l, 1)
+		if err != nil || !got.Counted || !got.Reset.Equal(midnight.AddDate(0, 0, 1)) {
+			t.Fatalf("Incr: %+v %v, want counted in the day Redis is in (reset at %v)", got, err, midnight.AddDate(0, 0, 1))
+		}
+		// Redis still before midnight, the machine after: the old day.
+		local, redisNow = midnight.Add(2*time.Second), midnight.Add(-time.Second)
+		got, err = c.Incr(ctx, l, 1)
+		if err != nil || !got.Counted || !got.Reset.Equal(midnight) {
+			t.Fatalf("Incr: %+v %v, want counted in the day before (reset at %v)", got, err, midnight)
+		}
+	})
+}
+
+func TestTakeCountsAllOrNothing(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		user := "{" + redistest.Key(t) + "}"
+		perSecond := Limit{Key: user + ":s", Cap: 2, Window: Fixed(time.Hour)}
+		perDay := Limit{Key: user + ":d", Cap: 3, Window: Daily(time.UTC)}
+		for i := range 2 {
+			out, err := c.Take(ctx, Op{Limit: perSecond, N: 1}, Op{Limit: perDay, N: 1})
+			if err != nil || !out.Allowed {
+				t.Fatalf("take %d: %+v %v", i, out, err)
+			}
+		}
+		out, err := c.Take(ctx, Op{Limit: perSecond, N: 1}, Op{Limit: perDay, N: 1})
+		if err != nil || out.Allowed || out.Counts[0].Counted || out.Counts[1].Counted {
+			t.Fatalf("third take: %+v %v, want refused by the first limit", out, err)
+		}
+		if got, _ := c.Get(ctx, perDay); got.Value != 2 {
+			t.Fatalf("the day's count is %d after a refused take, want 2 (untouched)", got.Value)
+		}
+	})
+}
+
+// The lottery: a draw is always counted (while draws are left today), a win
+// only if the user has wins left; a draw past the day's limit counts
+// nothing at all.
+func TestAnOptionalCountIsMadeOnlyIfItFits(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		user := "{" + redistest.Key(t) + "}"
+		draws := Limit{Key: user + ":draws", Cap: 3, Window: Daily(time.UTC)}
+		wins := Limit{Key: user + ":wins", Cap: 1}
+		take := func() Outcome {
+			t.Helper()
+			out, err := c.Take(ctx, Op{Limit: draws, N: 1}, Op{Limit: wins, N: 1, Optional: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		if out := take(); !out.Allowed || !out.Counts[1].Counted {
+			t.Fatalf("first draw: %+v, want a draw and a win", out)
+		}
+		if out := take(); !out.Allowed || out.Counts[1].Counted || out.Counts[1].Value != 1 {
+			t.Fatalf("second draw: %+v, want a draw and no win (none left)", out)
+		}
+		c.Take(ctx, Op{Limit: draws, N: 1})
+		if out := take(); out.Allowed || out.Counts[0].Counted || out.Counts[0].Value != 3 {
+			t.Fatalf("fourth draw: %+v, want refused", out)
+		}
+	})
+}
+
+func TestTwoCountsOfOneKeySeeEachOther(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		l := Limit{Key: redistest.Key(t), Cap: 3}
+		out, err := c.Take(context.Background(), Op{Limit: l, N: 2}, Op{Limit: l, N: 2})
+		if err != nil || out.Allowed {
+			t.Fatalf("2 + 2 under a cap of 3 in one call: %+v %v, want refused", out, err)
+		}
+		out, err = c.Take(context.Background(), Op{Limit: l, N: 2}, Op{Limit: l, N: 1})
+		if err != nil || !out.Allowed || out.Counts[1].Value != 3 {
+			t.Fatalf("2 + 1: %+v %v, want counted to 3", out, err)
+		}
+	})
+}
+
+// 100 parallel requests of one user, as in the lottery attack: never more
+// than the caps, whatever the interleaving.
+func TestParallelTakesNeverPassTheCaps(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		user := "{" + redistest.Key(t) + "}"
+		draws := Limit{Key: user + ":draws", Cap: 30, Window: Daily(time.UTC)}
+		wins := Limit{Key: user + ":wins", Cap: 5}
+		var allowed, won atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, 100)
+		for range 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := c.Take(ctx, Op{Limit: draws, N: 1}, Op{Limit: wins, N: 1, Optional: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if out.Allowed {
+					allowed.Add(1)
+				}
+				if out.Counts[1].Counted {
+					won.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if allowed.Load() != 30 || won.Load() != 5 {
+			t.Fatalf("%d draws and %d wins allowed, want exactly 30 and 5", allowed.Load(), won.Load())
+		}
+		if got, _ := c.Get(ctx, wins); got.Value != 5 {
+			t.Fatalf("wins count %d, want 5", got.Value)
+		}
+	})
+}
+
+func TestBadCountsNeverReachRedis(t *testing.T) {
+	f := redistest.NewFaults()
+	c := newClient(t, redistest.Open(t, redistest.Mini).Client(t, f))
+	calls := f.On(redistest.Any())
+	ctx := context.Background()
+	ok := Limit{Key: "k", Cap: 1}
+	for name, call := range map[string]func() error{
+		"negative cap": func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: -1}, 1); return err },
+		"zero n":       func() error { _, err := c.Incr(ctx, ok, 0); return err },
+		"negative n":   func() error { _, err := c.Incr(ctx, ok, -1); return err },
+		"empty key":    func() error { _, err := c.Incr(ctx, Limit{Cap: 1}, 1); return err },
+		"broken tag":   func() error { _, err := c.Incr(ctx, Limit{Key: "a{b", Cap: 1}, 1); return err },
+		"nil location": func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: 1, Window: Monthly(nil)}, 1); return err },
+		"TTL and window": func() error {
+			_, err := c.Incr(ctx, Limit{Key: "k", Cap: 1, Window: Fixed(time.Second), TTL: time.Hour}, 1)
+			return err
+		},
+		"negative TTL": func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: 1, TTL: -time.Second}, 1); return err },
+		"no ops":       func() error { _, err := c.Take(ctx); return err },
+		"two slots": func() error {
+			_, err := c.Take(ctx, Op{Limit: Limit{Key: "{a}x", Cap: 1}, N: 1}, Op{Limit: Limit{Key: "{b}x", Cap: 1}, N: 1})
+			return err
+		},
+		"Get, nil location": func() error { _, err := c.Get(ctx, Limit{Key: "k", Window: Weekly(nil)}); return err },
+	} {
+		if err := call(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if n := calls.Hits(); n != 0 {
+		t.Fatalf("%d calls reached Redis", n)
+	}
+	if _, err := New(nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("New(nil): %v, want ErrInvalid", err)
+	}
+	if _, err := New(redis.NewClient(&redis.Options{}), WithPrefix("a{")); !errors.Is(err, ErrInvalid) {
+		t.Errorf("WithPrefix with a brace: %v, want ErrInvalid", err)
+	}
+}
+
+func TestTakeReportsRedisErrors(t *testing.T) {
+	broken := errors.New("connection reset")
+	f := redistest.NewFaults()
+	c := newClient(t, redistest.Open(t, redistest.Mini).Client(t, f))
+	f.On(redistest.Any()).Fail(broken)
+	if _, err := c.Incr(context.Background(), Limit{Key: "k", Cap: 1}, 1); !errors.Is(err, broken) {
+		t.Fatalf("Incr on a broken connection: %v, want the connection's error", err)
+	}
+	if _, err := c.Get(context.Background(), Limit{Key: "k", Cap: 1}); !errors.Is(err, broken) {
+		t.Fatalf("Get on a broken connection: %v, want the connection's error", err)
+	}
+}
