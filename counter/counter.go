@@ -31,6 +31,8 @@ var (
 type Client struct {
 	rdb    RedisClient
 	prefix string
+	// local names the periods around now (WithClock; default time.Now).
+	local func() time.Time
 	// clock, when set, replaces both Redis TIME and the local clock: tests
 	// pin it to cross period boundaries on a real server. redisClock, when
 	// set, replaces Redis TIME alone, so tests can skew the two.
@@ -51,7 +53,10 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	return &Client{rdb: rdb, prefix: cfg.prefix}, nil
+	if cfg.clock == nil {
+		cfg.clock = time.Now
+	}
+	return &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock}, nil
 }
 
 // key returns the Redis key of what the caller calls key, plus suffix: the
@@ -69,7 +74,7 @@ func (c *Client) now() time.Time {
 	if c.clock != nil {
 		return c.clock()
 	}
-	return time.Now()
+	return c.local()
 }
 
 // nowArg is the script argument that stands for the current time: "" (the
