@@ -21,4 +21,12 @@ var (
 	//go:embed get.lua
 	getLua    string
 	getScript = windowed(getLua)
+
+	//go:embed versioned_set.lua
+	versionedSetLua    string
+	versionedSetScript = script.New(versionedSetLua)
+
+	//go:embed versioned_delete.lua
+	versionedDeleteLua    string
+	versionedDeleteScript = script.New(versionedDeleteLua)
 )

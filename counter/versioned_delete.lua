@@ -1,0 +1,30 @@
+-- versioned_delete.lua: compare-and-delete of a versioned value. Deletes it
+-- only if the stored version is the one the caller expects.
+--
+-- KEYS[1]  the value's hash: field data, field ver (versioned_set.lua says
+--          how a version is stored)
+-- ARGV[1]  expected version, microseconds part
+-- ARGV[2]  expected version, sequence part (0..999); never both 0 (Go
+--          refuses: a value that does not exist cannot be deleted)
+--
+-- Reply: {1, 0, 0}: deleted.
+--        {0, us, seq}: not deleted; the current version's parts ({0, 0, 0}:
+--        the value does not exist).
+local key = KEYS[1]
+local ver = redis.call('HGET', key, 'ver')
+local us, seq = 0, 0
+if ver then
+  local u, s = string.match(ver, '^(%d+)(%d%d%d)$')
+  if not u then
+    return redis.error_reply('counter: ' .. key .. ' has a malformed version')
+  end
+  us, seq = tonumber(u), tonumber(s)
+elseif redis.call('EXISTS', key) == 1 then
+  return redis.error_reply('counter: ' .. key .. ' is not a versioned value')
+end
+
+if not ver or us ~= tonumber(ARGV[1]) or seq ~= tonumber(ARGV[2]) then
+  return {0, us, seq}
+end
+redis.call('DEL', key)
+return {1, 0, 0}

@@ -1,0 +1,67 @@
+-- versioned_set.lua: compare-and-set of a versioned value. Writes the new
+-- data only if the stored version is the one the caller expects, and stamps
+-- the write with a new version taken from Redis's clock.
+--
+-- KEYS[1]  the value's hash: field data (the bytes), field ver (the version)
+-- ARGV[1]  expected version, microseconds part (0 with ARGV[2] 0: the value
+--          must not exist)
+-- ARGV[2]  expected version, sequence part (0..999)
+-- ARGV[3]  the new data
+-- ARGV[4]  time to live in milliseconds; 0 for none (an old expiry is
+--          removed, as SET does)
+-- ARGV[5]  now in microseconds, or '' for Redis TIME (tests pin the clock)
+--
+-- Reply: {1, us, seq}: written; us and seq are the new version's parts.
+--        {0, us, seq}: not written; the current version's parts ({0, 0, 0}:
+--        the value does not exist).
+--
+-- A version is us*1000 + seq: us microseconds since the epoch, seq < 1000
+-- telling apart writes in the same microsecond. us*1000 (about 1.8e18) is
+-- past 2^53, where Lua's doubles stop being exact, so the script never forms
+-- it: it keeps us and seq as two integers, stores ver as their digits side
+-- by side (the decimal of us*1000 + seq), and splits the last three digits
+-- off when it reads ver back. Go combines the parts into an int64.
+local key = KEYS[1]
+local ver = redis.call('HGET', key, 'ver')
+local us, seq = 0, 0
+if ver then
+  local u, s = string.match(ver, '^(%d+)(%d%d%d)$')
+  if not u then
+    return redis.error_reply('counter: ' .. key .. ' has a malformed version')
+  end
+  us, seq = tonumber(u), tonumber(s)
+elseif redis.call('EXISTS', key) == 1 then
+  return redis.error_reply('counter: ' .. key .. ' is not a versioned value')
+end
+
+if us ~= tonumber(ARGV[1]) or seq ~= tonumber(ARGV[2]) then
+  return {0, us, seq}
+end
+
+local now = tonumber(ARGV[5])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The new version is max(now*1000, old + 1), in parts: a later clock starts
+-- a new microsecond at sequence 0; the same or an earlier one (a second
+-- write in one microsecond, a clock stepped back) counts on from the old
+-- version, carrying into the next microsecond after 999. So versions only
+-- grow.
+if now > us then
+  us, seq = now, 0
+elseif seq < 999 then
+  seq = seq + 1
+else
+  us, seq = us + 1, 0
+end
+
+redis.call('HSET', key, 'data', ARGV[3], 'ver', string.format('%d%03d', us, seq))
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  redis.call('PEXPIRE', key, ttl)
+elseif ver then
+  redis.call('PERSIST', key)
+end
+return {1, us, seq}
