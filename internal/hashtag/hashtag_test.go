@@ -67,3 +67,27 @@ func TestBadNamesAndPrefixes(t *testing.T) {
 		t.Errorf("empty prefix: %v", err)
 	}
 }
+
+func TestTaggedKeepsAKeysOwnTagAndWrapsAnyOther(t *testing.T) {
+	for _, c := range []struct{ key, want string }{
+		{"user:42", "p:{user:42}:s"},
+		{"{user:42}:draws", "p:{user:42}:draws:s"},
+		{"x{u}y", "p:x{u}y:s"},
+	} {
+		got, err := Tagged("p:", c.key, ":s")
+		if err != nil || got != c.want {
+			t.Errorf("Tagged(%q) = %q, %v; want %q", c.key, got, err, c.want)
+		}
+	}
+	// Keys that share a tag share a slot, whatever else they say.
+	a, _ := Tagged("p:", "{user:42}:draws", "")
+	b, _ := Tagged("p:", "{user:42}:wins", ":x")
+	if Slot(a) != Slot(b) {
+		t.Errorf("%q and %q hash apart", a, b)
+	}
+	for _, key := range []string{"", "a{b", "a{}b"} {
+		if _, err := Tagged("p:", key, ""); err == nil {
+			t.Errorf("Tagged(%q) accepted", key)
+		}
+	}
+}
