@@ -29,4 +29,16 @@ var (
 	//go:embed versioned_delete.lua
 	versionedDeleteLua    string
 	versionedDeleteScript = script.New(versionedDeleteLua)
+
+	//go:embed unique_add.lua
+	uniqueAddLua    string
+	uniqueAddScript = windowed(uniqueAddLua)
+
+	//go:embed unique_count.lua
+	uniqueCountLua    string
+	uniqueCountScript = windowed(uniqueCountLua)
+
+	//go:embed calendar_mark.lua
+	calendarMarkLua    string
+	calendarMarkScript = script.New(calendarMarkLua)
 )

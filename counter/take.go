@@ -186,21 +186,31 @@ func (c *Client) place(l Limit, now time.Time) (placement, error) {
 	if err != nil {
 		return placement{}, err
 	}
+	pl := placeBase(base, l.Window, now)
 	if l.Window.kind == noWindow {
+		pl.exp[0] = l.TTL.Milliseconds() // a TTL from creation
+	}
+	return pl, nil
+}
+
+// placeBase places the count whose key (without a window) is base: with a
+// window, the keys are base + ":" + each period's label.
+func placeBase(base string, w Window, now time.Time) placement {
+	if w.kind == noWindow {
 		return placement{
 			keys:  [3]any{base, base, base},
 			start: noBound, end: noBound,
-			exp: [3]any{l.TTL.Milliseconds(), noBound, noBound},
-		}, nil
+			exp: [3]any{noBound, noBound, noBound},
+		}
 	}
-	p := l.Window.around(now)
+	p := w.around(now)
 	pl := placement{start: p[1].start.UnixMilli(), end: p[1].end.UnixMilli(), p: p}
 	for i, q := range p {
 		k := base + ":" + q.label
 		pl.keys[i] = k
 		pl.exp[i] = expiry(q, k).UnixMilli()
 	}
-	return pl, nil
+	return pl
 }
 
 // check reports why op cannot be counted, or nil.

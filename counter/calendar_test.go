@@ -1,0 +1,419 @@
+package counter
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+// calendarYear is a year whose calendars outlive the test, whatever the
+// date it runs on.
+func calendarYear() int { return time.Now().Year() + 2 }
+
+// date is midnight of a civil date in loc.
+func date(y int, m time.Month, d int, loc *time.Location) time.Time {
+	return time.Date(y, m, d, 0, 0, 0, 0, loc)
+}
+
+// calendarMarks is the sequence of changes several tests make, and the
+// calendar it must leave for November.
+func calendarMarks(t *testing.T, c *Client, user string) (want []Mark) {
+	t.Helper()
+	ctx := context.Background()
+	y := calendarYear()
+	shanghai := mustZone(t, "Asia/Shanghai")
+	pinned(c, time.Date(y, 11, 20, 12, 0, 0, 0, time.UTC))
+	// Half past midnight in Shanghai is still the day before in UTC: the
+	// day is the caller's civil date.
+	nov := func(d int) time.Time { return time.Date(y, 11, d, 0, 30, 0, 0, shanghai) }
+	must := func(what string, ok bool, err error) {
+		t.Helper()
+		if err != nil || !ok {
+			t.Fatalf("%s: %v %v, want done", what, ok, err)
+		}
+	}
+	for _, d := range []int{1, 2, 3, 5, 8, 30} {
+		ok, err := c.SignIn(ctx, user, nov(d))
+		must("sign in", ok, err)
+	}
+	ok, err := c.MakeUp(ctx, user, nov(4))
+	must("make up the 4th", ok, err)
+	ok, err = c.MakeUp(ctx, user, nov(6))
+	must("make up the 6th", ok, err)
+	ok, err = c.Reward(ctx, user, nov(2))
+	must("reward the 2nd, signed in", ok, err)
+	ok, err = c.Reward(ctx, user, nov(6))
+	must("reward the 6th, made up", ok, err)
+
+	want = make([]Mark, 30)
+	for _, d := range []int{1, 3, 5, 8, 30} {
+		want[d-1] = SignedIn
+	}
+	want[1], want[3], want[5] = Rewarded, MadeUp, Rewarded
+	return want
+}
+
+func TestCalendarMonthShowsTheMarks(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		user := redistest.Key(t)
+		want := calendarMarks(t, c, user)
+		y := calendarYear()
+
+		v, err := c.Month(ctx, user, y, time.November)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Year != y || v.Month != time.November || len(v.Days) != 30 {
+			t.Fatalf("Month: %d-%v with %d days, want %d-November with 30", v.Year, v.Month, len(v.Days), y)
+		}
+		for i := range want {
+			if v.Days[i] != want[i] {
+				t.Errorf("November %d: %v, want %v", i+1, v.Days[i], want[i])
+			}
+		}
+		if v.Total != 8 {
+			t.Errorf("Total %d, want 8", v.Total)
+		}
+		// The day before in UTC was not touched.
+		if oct, err := c.Month(ctx, user, y, time.October); err != nil || len(oct.Days) != 31 || oct.Total != 0 {
+			t.Errorf("October: %+v %v, want 31 unmarked days", oct, err)
+		}
+		if feb, err := c.Month(ctx, user, 2028, time.February); err != nil || len(feb.Days) != 29 || feb.Total != 0 {
+			t.Errorf("February of a leap year: %d days, total %d, %v; want 29 unmarked", len(feb.Days), feb.Total, err)
+		}
+	})
+}
+
+func TestCalendarMarksChangeOnlyInOrder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		user := redistest.Key(t)
+		y := calendarYear()
+		pinned(c, time.Date(y, 11, 20, 12, 0, 0, 0, time.UTC))
+		day, other := date(y, 11, 10, time.UTC), date(y, 11, 11, time.UTC)
+
+		steps := []struct {
+			what string
+			call func(context.Context, string, time.Time) (bool, error)
+			day  time.Time
+			done bool
+		}{
+			{"reward an unmarked day", c.Reward, day, false},
+			{"sign in", c.SignIn, day, true},
+			{"sign in again", c.SignIn, day, false},
+			{"make up a signed-in day", c.MakeUp, day, false},
+			{"reward", c.Reward, day, true},
+			{"reward again", c.Reward, day, false},
+			{"sign in a rewarded day", c.SignIn, day, false},
+			{"make up another day", c.MakeUp, other, true},
+			{"make up again", c.MakeUp, other, false},
+			{"sign in a made-up day", c.SignIn, other, false},
+		}
+		for _, s := range steps {
+			if done, err := s.call(ctx, user, s.day); err != nil || done != s.done {
+				t.Fatalf("%s: %v %v, want %v", s.what, done, err, s.done)
+			}
+		}
+		v, err := c.Month(ctx, user, y, time.November)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Days[9] != Rewarded || v.Days[10] != MadeUp || v.Total != 2 {
+			t.Fatalf("November 10 %v, 11 %v, total %d; want rewarded, made up, 2", v.Days[9], v.Days[10], v.Total)
+		}
+	})
+}
+
+// Two taps on "claim", from two devices: the reward is given once.
+func TestCalendarRewardIsGivenOnce(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		user := redistest.Key(t)
+		day := date(calendarYear(), 3, 1, time.UTC)
+		if _, err := c.SignIn(ctx, user, day); err != nil {
+			t.Fatal(err)
+		}
+		var given atomic.Int32
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, err := c.Reward(ctx, user, day)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					given.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := given.Load(); n != 1 {
+			t.Fatalf("reward given %d times, want once", n)
+		}
+	})
+}
+
+func TestStreakCrossesMonthsAndSurvivesAnUnmarkedToday(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		user := redistest.Key(t)
+		y := calendarYear()
+		pinned(c, time.Date(y, 12, 1, 12, 0, 0, 0, time.UTC))
+		tokyo := mustZone(t, "Asia/Tokyo")
+		for d := date(y, 10, 28, tokyo); !d.After(date(y, 11, 3, tokyo)); d = d.AddDate(0, 0, 1) {
+			mark := c.SignIn
+			if d.Day() == 31 {
+				mark = c.MakeUp
+			}
+			if ok, err := mark(ctx, user, d); err != nil || !ok {
+				t.Fatalf("mark %v: %v %v", d, ok, err)
+			}
+		}
+		// A day earlier, after a gap: not part of the streak.
+		if _, err := c.SignIn(ctx, user, date(y, 10, 26, tokyo)); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []struct {
+			today time.Time
+			want  int
+		}{
+			{time.Date(y, 11, 3, 23, 59, 0, 0, tokyo), 7},
+			{time.Date(y, 11, 4, 8, 0, 0, 0, tokyo), 7}, // not signed in yet today
+			{time.Date(y, 11, 5, 8, 0, 0, 0, tokyo), 0}, // missed yesterday
+			{time.Date(y, 10, 31, 8, 0, 0, 0, tokyo), 4},
+			{time.Date(y, 10, 27, 8, 0, 0, 0, tokyo), 1},
+			// 8:00 on the 5th in Tokyo is still the 4th in UTC: today
+			// is the date in today's zone.
+			{time.Date(y, 11, 5, 8, 0, 0, 0, tokyo).UTC(), 7},
+		} {
+			if n, err := c.Streak(ctx, user, s.today); err != nil || n != s.want {
+				t.Errorf("streak on %v: %d %v, want %d", s.today, n, err, s.want)
+			}
+		}
+		if _, err := c.SignIn(ctx, user, date(y, 11, 5, tokyo)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Streak(ctx, user, date(y, 11, 5, tokyo)); err != nil || n != 1 {
+			t.Errorf("streak after signing in again: %d %v, want 1", n, err)
+		}
+	})
+}
+
+func TestALongStreakReachesBackToTheRetention(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		user := redistest.Key(t)
+		last := date(calendarYear(), 12, 31, time.UTC)
+		first := last.AddDate(0, 0, -(CalendarRetentionDays + 4))
+		for d := first; !d.After(last); d = d.AddDate(0, 0, 1) {
+			if _, err := c.SignIn(ctx, user, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range []struct {
+			today time.Time
+			want  int
+		}{
+			{first.AddDate(0, 0, 70), 71},                  // three months: the second read
+			{first.AddDate(0, 0, 71), 72},                  // the same, from the previous month's end
+			{last, CalendarRetentionDays},                  // longer than kept
+			{last.AddDate(0, 0, 1), CalendarRetentionDays}, // today unmarked
+			{first.AddDate(0, 0, CalendarRetentionDays-2), CalendarRetentionDays - 1},
+			{first.AddDate(0, 0, CalendarRetentionDays-1), CalendarRetentionDays}, // exactly as long as kept
+		} {
+			if n, err := c.Streak(ctx, user, s.today); err != nil || n != s.want {
+				t.Errorf("streak on %v: %d %v, want %d", s.today.Format(time.DateOnly), n, err, s.want)
+			}
+		}
+	})
+}
+
+func TestACalendarMonthIsTinyAndExpires(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		ctx := context.Background()
+		user := redistest.Key(t)
+		y := calendarYear()
+		for _, d := range []int{1, 15, 31} {
+			if _, err := c.SignIn(ctx, user, date(y, 1, d, time.UTC)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k, exp, err := c.calendarKey(user, y, time.January)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rdb.StrLen(ctx, k).Result(); err != nil || n != 8 {
+			t.Fatalf("STRLEN %d %v, want 8 bytes for a month with its 31st marked", n, err)
+		}
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Fatalf("PTTL %v, want > 0", ttl)
+		}
+		kept := date(y, 2, 1, time.UTC).AddDate(0, 0, CalendarRetentionDays)
+		if exp.Before(kept) || exp.After(kept.Add(2*time.Hour)) {
+			t.Fatalf("expiry %v, want %d days after the month, plus at most a jitter", exp, CalendarRetentionDays)
+		}
+		got := rdb.PExpireTime(ctx, k).Val()
+		if d := got - time.Duration(exp.UnixMilli())*time.Millisecond; d < -5*time.Millisecond || d > 5*time.Millisecond {
+			t.Fatalf("PEXPIRETIME %v, want %v", got, exp.UnixMilli())
+		}
+	})
+}
+
+// Redis's own BITFIELD reads the calendar as the package does: other
+// tools can read it.
+func TestCalendarIsTheLayoutOfBITFIELD(t *testing.T) {
+	redistest.RunReal(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		ctx := context.Background()
+		user := redistest.Key(t)
+		want := calendarMarks(t, c, user)
+		k, _, err := c.calendarKey(user, calendarYear(), time.November)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := make([]any, 0, 3*len(want))
+		for i := range want {
+			args = append(args, "GET", "u2", "#"+strconv.Itoa(i))
+		}
+		got, err := rdb.BitField(ctx, k, args...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Month(ctx, user, calendarYear(), time.November)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(v.Days) {
+			t.Fatalf("BITFIELD gave %d fields, Month %d days", len(got), len(v.Days))
+		}
+		for i := range got {
+			if Mark(got[i]) != v.Days[i] || v.Days[i] != want[i] {
+				t.Errorf("November %d: BITFIELD %d, Month %v, want %v", i+1, got[i], v.Days[i], want[i])
+			}
+		}
+	})
+}
+
+// The same marks leave the same bytes on miniredis and on Redis, and they
+// are the bytes of the documented layout.
+func TestCalendarBytesAreTheSameOnBothBackends(t *testing.T) {
+	var raw []string
+	for _, name := range []string{redistest.Mini, redistest.Single} {
+		rdb := redistest.Open(t, name).Client(t)
+		c := newClient(t, rdb)
+		user := redistest.Key(t)
+		calendarMarks(t, c, user)
+		k, _, err := c.calendarKey(user, calendarYear(), time.November)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := rdb.Get(context.Background(), k).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		raw = append(raw, s)
+	}
+	// 1 signed in 01, 2 rewarded 11, 3 signed in 01, 4 made up 10 |
+	// 5 signed in 01, 6 rewarded 11, 7 none, 8 signed in 01 | ... |
+	// 29 none, 30 signed in 01.
+	want := "\x76\x71\x00\x00\x00\x00\x00\x10"
+	if raw[0] != raw[1] || raw[0] != want {
+		t.Fatalf("miniredis % x, redis % x, want % x", raw[0], raw[1], want)
+	}
+}
+
+func TestBadCalendarCallsNeverReachRedis(t *testing.T) {
+	f := redistest.NewFaults()
+	c := newClient(t, redistest.Open(t, redistest.Mini).Client(t, f))
+	calls := f.On(redistest.Any())
+	ctx := context.Background()
+	shanghai := mustZone(t, "Asia/Shanghai")
+	// 23:00 UTC on the 10th is 07:00 on the 11th in Shanghai.
+	now := time.Date(2030, 11, 10, 23, 0, 0, 0, time.UTC)
+	pinned(c, now)
+	for name, call := range map[string]func() error{
+		"sign in, empty user": func() error { _, err := c.SignIn(ctx, "", now); return err },
+		"sign in, broken tag": func() error { _, err := c.SignIn(ctx, "a{b", now); return err },
+		"sign in a day whose calendar has expired": func() error {
+			_, err := c.SignIn(ctx, "u", now.AddDate(-2, 0, 0))
+			return err
+		},
+		"sign in, year 0":    func() error { _, err := c.SignIn(ctx, "u", date(0, 1, 1, time.UTC)); return err },
+		"reward, empty user": func() error { _, err := c.Reward(ctx, "", now); return err },
+		"make up, empty user": func() error {
+			_, err := c.MakeUp(ctx, "", now.AddDate(0, 0, -1))
+			return err
+		},
+		"make up today": func() error { _, err := c.MakeUp(ctx, "u", now); return err },
+		"make up today in Shanghai, yesterday in UTC": func() error {
+			_, err := c.MakeUp(ctx, "u", time.Date(2030, 11, 11, 1, 0, 0, 0, shanghai))
+			return err
+		},
+		"make up tomorrow": func() error { _, err := c.MakeUp(ctx, "u", now.AddDate(0, 0, 1)); return err },
+		"month, empty user": func() error {
+			_, err := c.Month(ctx, "", 2030, time.November)
+			return err
+		},
+		"month 13":       func() error { _, err := c.Month(ctx, "u", 2030, 13); return err },
+		"month 0":        func() error { _, err := c.Month(ctx, "u", 2030, 0); return err },
+		"year 10000":     func() error { _, err := c.Month(ctx, "u", 10000, time.January); return err },
+		"streak, no one": func() error { _, err := c.Streak(ctx, "", now); return err },
+	} {
+		if err := call(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if n := calls.Hits(); n != 0 {
+		t.Fatalf("%d calls reached Redis", n)
+	}
+	// The day before today in the day's own zone may be made up.
+	if _, err := c.MakeUp(ctx, "u", time.Date(2030, 11, 10, 12, 0, 0, 0, shanghai)); err != nil {
+		t.Fatalf("make up yesterday in Shanghai: %v", err)
+	}
+}
+
+func TestCalendarReportsRedisErrors(t *testing.T) {
+	broken := errors.New("connection reset")
+	f := redistest.NewFaults()
+	c := newClient(t, redistest.Open(t, redistest.Mini).Client(t, f))
+	f.On(redistest.Any()).Fail(broken)
+	ctx := context.Background()
+	day := date(calendarYear(), 1, 1, time.UTC)
+	pinned(c, day.AddDate(0, 0, 10))
+	for name, call := range map[string]func() error{
+		"SignIn": func() error { _, err := c.SignIn(ctx, "u", day); return err },
+		"MakeUp": func() error { _, err := c.MakeUp(ctx, "u", day); return err },
+		"Reward": func() error { _, err := c.Reward(ctx, "u", day); return err },
+		"Month":  func() error { _, err := c.Month(ctx, "u", 2030, time.January); return err },
+		"Streak": func() error { _, err := c.Streak(ctx, "u", day); return err },
+	} {
+		if err := call(); !errors.Is(err, broken) {
+			t.Errorf("%s: %v, want the connection's error", name, err)
+		}
+	}
+}
+
+func TestCalendarMarkNames(t *testing.T) {
+	for m, want := range map[Mark]string{Unmarked: "unmarked", SignedIn: "signed in", MadeUp: "made up", Rewarded: "rewarded", 4: "Mark(4)"} {
+		if got := m.String(); got != want {
+			t.Errorf("Mark(%d).String() = %q, want %q", m, got, want)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package counter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Unique counts: how many distinct users did something today, this week,
+// over the last thirty days. Keeping every id in a set costs memory that
+// grows with the crowd; a HyperLogLog estimates the count in at most 12 kB
+// per period (far less for small counts), with a standard error of 0.81%.
+//
+// Each period of the window is one HyperLogLog under prefix{key}:u:<period
+// label> (prefix{key}:u without a window), so one period's count cannot be
+// reset by an expiry at its boundary, and a count over several periods is
+// the union of their sketches: a user seen on Monday and on Tuesday counts
+// once in the two days together.
+
+// uniqueSuffix follows the user's key in the keys of a unique count. A
+// count of Take under the same key has no suffix before its period label
+// (which never starts with "u"), so the two never share a key.
+const uniqueSuffix = ":u"
+
+// MaxUniquePeriods is the most periods CountUniqueBetween merges in one
+// call. Merging reads every period's sketch (up to 12 kB each) inside one
+// script, which holds up every other client of that Redis server while it
+// runs; 400 covers a year of days. For longer spans, count coarser periods
+// (weeks, months) alongside.
+const MaxUniquePeriods = 400
+
+// scratchTTL bounds the life of CountUniqueBetween's scratch key, which
+// the script deletes itself: the expiry only matters if the script stops
+// half-way.
+const scratchTTL = 10 * time.Second
+
+// AddUnique adds items to the unique count of key in the current period of
+// w and reports whether the estimate changed: false means every item was
+// (probably) counted before, in this period. (miniredis, in tests, may
+// also report true for items it has seen.) The zero Window keeps one
+// count forever, without expiry.
+//
+// The Redis clock decides the period, as in Take, and the period's key is
+// written together with its expiry, shortly after the period ends, in the
+// same atomic step: no count is left behind without one.
+func (c *Client) AddUnique(ctx context.Context, key string, w Window, items ...string) (bool, error) {
+	if len(items) == 0 {
+		return false, fmt.Errorf("%w: unique count %q: no items to add", ErrInvalid, key)
+	}
+	pl, err := c.placeUnique(key, w)
+	if err != nil {
+		return false, err
+	}
+	args := uniqueAddScript.Args(3, 9+len(items))
+	args = append(args, pl.keys[0], pl.keys[1], pl.keys[2], c.nowArg(), pl.start, pl.end, pl.exp[0], pl.exp[1], pl.exp[2])
+	for _, it := range items {
+		args = append(args, it)
+	}
+	changed, err := uniqueAddScript.Int(ctx, c.rdb, args)
+	if err != nil {
+		return false, fmt.Errorf("counter: add unique %q: %w", key, err)
+	}
+	return changed == 1, nil
+}
+
+// CountUnique estimates how many distinct items were added to key in the
+// current period of w, as decided by the Redis clock: the same period an
+// AddUnique at this moment would count in.
+func (c *Client) CountUnique(ctx context.Context, key string, w Window) (int64, error) {
+	pl, err := c.placeUnique(key, w)
+	if err != nil {
+		return 0, err
+	}
+	// Not a read-only script: PFCOUNT caches its estimate in the key, and
+	// miniredis counts TIME as a write.
+	args := uniqueCountScript.Args(3, 7)
+	args = append(args, pl.keys[0], pl.keys[1], pl.keys[2], "now", c.nowArg(), pl.start, pl.end)
+	n, err := uniqueCountScript.Int(ctx, c.rdb, args)
+	if err != nil {
+		return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
+	}
+	return n, nil
+}
+
+// CountUniqueBetween estimates how many distinct items were added to key in
+// the periods of w from the one containing from to the one containing to,
+// both included: an item added in several of them counts once (the union,
+// not the sum of the periods' counts). "Daily active users over the last
+// week" is CountUniqueBetween with a Daily window from six days ago to
+// now.
+//
+// The span may cover at most MaxUniquePeriods periods; a longer one, or
+// from after to, is ErrInvalid. Periods whose keys have expired count as
+// empty. With the zero Window, which has one count forever, it is
+// CountUnique.
+//
+// Unlike CountUnique, the periods are those of from and to as given, not
+// of the Redis clock.
+func (c *Client) CountUniqueBetween(ctx context.Context, key string, w Window, from, to time.Time) (int64, error) {
+	if err := w.check(); err != nil {
+		return 0, fmt.Errorf("unique count %q: %w", key, err)
+	}
+	if from.After(to) {
+		return 0, fmt.Errorf("%w: unique count %q: from %v is after to %v", ErrInvalid, key, from, to)
+	}
+	base, err := c.key(key, uniqueSuffix)
+	if err != nil {
+		return 0, err
+	}
+	var keys []any
+	if w.kind == noWindow {
+		keys = []any{base}
+	} else {
+		for p := w.period(from); ; p = w.period(p.end) {
+			if len(keys) == MaxUniquePeriods {
+				return 0, fmt.Errorf("%w: unique count %q: %v to %v spans more than %d periods of window %v",
+					ErrInvalid, key, from, to, MaxUniquePeriods, w)
+			}
+			keys = append(keys, base+":"+p.label)
+			if to.Before(p.end) {
+				break
+			}
+		}
+	}
+
+	if len(keys) == 1 {
+		cmd := redis.NewIntCmd(ctx, "pfcount", keys[0])
+		if err := c.rdb.Process(ctx, cmd); err != nil {
+			return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
+		}
+		return cmd.Val(), nil
+	}
+
+	scratch, err := scratchKey(base)
+	if err != nil {
+		return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
+	}
+	args := uniqueCountScript.Args(1+len(keys), 3+len(keys))
+	args = append(args, scratch)
+	args = append(args, keys...)
+	args = append(args, "union", scratchTTL.Milliseconds())
+	n, err := uniqueCountScript.Int(ctx, c.rdb, args)
+	if err != nil {
+		return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
+	}
+	return n, nil
+}
+
+// scratchKey names a key for one union: in base's hash slot, so that one
+// script may merge into it on a cluster, and with 128 random bits, so
+// that two concurrent calls never merge into each other's. Its suffix
+// ":union:" is no period label, so it never names a count.
+func scratchKey(base string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return base + ":union:" + hex.EncodeToString(b[:]), nil
+}
+
+// placeUnique is where key's unique count lives now (see place).
+func (c *Client) placeUnique(key string, w Window) (placement, error) {
+	if err := w.check(); err != nil {
+		return placement{}, fmt.Errorf("unique count %q: %w", key, err)
+	}
+	base, err := c.key(key, uniqueSuffix)
+	if err != nil {
+		return placement{}, err
+	}
+	return placeBase(base, w, c.now()), nil
+}
