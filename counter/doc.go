@@ -93,17 +93,27 @@
 // # Unique counts, sign-in calendars and versioned values
 //
 // AddUnique, CountUnique and CountUniqueBetween count distinct items per
-// period with HyperLogLog (12 KB per period, about 0.8% error); a range of
-// periods is counted as a union by merging into a temporary key inside one
-// script.
+// period with HyperLogLog (at most 12 kB per period, a standard error of
+// 0.81%), one sketch per period under prefix{key}:u:<period>, chosen by
+// the Redis clock as for Take. A range of periods is counted as a union:
+// one script merges them into a temporary key in the same slot, counts it
+// and deletes it (a multi-key PFCOUNT would do, but miniredis sums such a
+// count instead of taking the union).
 //
 // SignIn, MakeUp, Reward, Month and Streak keep a user's sign-in calendar
-// in 2 bits per day, one small Redis string per user and month.
+// in 2 bits per day (unmarked, signed in, made up, rewarded): one string of
+// at most 8 bytes per user and month under prefix{user}:cal:YYYY-MM, laid
+// out as BITFIELD u2 would (day d at bit 2*(d-1)). The scripts change a
+// day with GETRANGE and SETRANGE, which miniredis has too. A day is the
+// caller's civil date: the caller knows the user's time zone.
 //
-// Load, CompareAndSet and CompareAndDelete keep a value with a version
-// stamped from Redis TIME: a write succeeds only if the version it read
-// is still the current one, so team members editing a shared list cannot
-// overwrite each other's changes unseen.
+// Load, CompareAndSet and CompareAndDelete keep a value (a hash under
+// prefix{key}:v) with a version stamped from Redis TIME: a write succeeds
+// only if the version it read is still the current one, so team members
+// editing a shared list cannot overwrite each other's changes unseen.
+// Versions are the write's time in microseconds times 1000 plus a
+// sequence, so two writes in one microsecond differ and versions of a
+// value only grow.
 //
 // A Client is safe for concurrent use. Every method takes a context first;
 // cancelling it returns an error that wraps ctx.Err(). Bad arguments wrap
