@@ -18,6 +18,10 @@ var (
 	takeLua    string
 	takeScript = windowed(takeLua)
 
+	//go:embed take_one.lua
+	takeOneLua    string
+	takeOneScript = windowed(takeOneLua)
+
 	//go:embed get.lua
 	getLua    string
 	getScript = windowed(getLua)

@@ -90,14 +90,20 @@ func (c *Client) Take(ctx context.Context, ops ...Op) (Outcome, error) {
 	return c.take(ctx, ops)
 }
 
+// Script arguments boxed once: boxing a string into an interface
+// allocates, and these go with every count.
+var optionalArgs = [2]any{"0", "1"}
+
 func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
 	now := c.now()
-	where := make([]*periods, len(ops))
-	keys := make([]any, 0, 3*len(ops))
-	argv := make([]any, 1, 1+8*len(ops))
-	argv[0] = c.nowArg()
+	// Most calls make one or two counts: keep their placements off the heap.
+	var buf [4]placement
+	where := buf[:0]
+	if len(ops) > len(buf) {
+		where = make([]placement, 0, len(ops))
+	}
 	slot := -1
-	for i, op := range ops {
+	for _, op := range ops {
 		if err := op.check(); err != nil {
 			return Outcome{}, err
 		}
@@ -110,18 +116,27 @@ func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
 		} else if s != slot {
 			return Outcome{}, fmt.Errorf("%w: the keys of one Take call must share a cluster slot: give them a common {tag} (%q and %q do not)", ErrInvalid, ops[0].Key, op.Key)
 		}
-		opt := "0"
-		if op.Optional {
-			opt = "1"
-		}
-		where[i] = pl.p
-		keys = append(keys, pl.keys[:]...)
-		argv = append(argv, op.N, op.Cap, opt, pl.start, pl.end)
-		argv = append(argv, pl.exp[:]...)
+		where = append(where, pl)
 	}
-	args := takeScript.Args(len(keys), len(argv))
-	args = append(append(args, keys...), argv...)
-	res, err := takeScript.Ints(ctx, c.rdb, args)
+	run := takeScript
+	if len(ops) == 1 && !ops[0].Optional {
+		run = takeOneScript
+	}
+	args := run.Args(3*len(ops), 1+8*len(ops))
+	for i := range where {
+		args = append(args, where[i].keys[:]...)
+	}
+	args = append(args, c.nowArg())
+	for i, op := range ops {
+		opt := optionalArgs[0]
+		if op.Optional {
+			opt = optionalArgs[1]
+		}
+		pl := &where[i]
+		args = append(args, op.N, op.Cap, opt, pl.start, pl.end)
+		args = append(args, pl.exp[:]...)
+	}
+	res, err := run.Ints(ctx, c.rdb, args)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("counter: take: %w", err)
 	}
@@ -131,7 +146,7 @@ func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
 	out := Outcome{Allowed: res[0] == 1, Counts: make([]Count, len(ops))}
 	for i, op := range ops {
 		r := res[1+3*i:]
-		out.Counts[i] = count(op.Limit, where[i], r[0], r[2])
+		out.Counts[i] = count(op.Limit, where[i].p, r[0], r[2])
 		out.Counts[i].Counted = r[1] == 1
 	}
 	return out, nil
@@ -163,7 +178,7 @@ func (c *Client) Get(ctx context.Context, l Limit) (Count, error) {
 func count(l Limit, p *periods, v, j int64) Count {
 	ct := Count{Value: v, Remaining: max(l.Cap-v, 0)}
 	if p != nil && j >= 1 && j <= 3 {
-		ct.Reset = p[j-1].end
+		ct.Reset = p.p[j-1].end
 	}
 	return ct
 }
@@ -204,11 +219,11 @@ func placeBase(base string, w Window, now time.Time) placement {
 		}
 	}
 	p := w.around(now)
-	pl := placement{start: p[1].start.UnixMilli(), end: p[1].end.UnixMilli(), p: p}
-	for i, q := range p {
+	pl := placement{start: p.start, end: p.end, p: p}
+	for i, q := range p.p {
 		k := base + ":" + q.label
 		pl.keys[i] = k
-		pl.exp[i] = expiry(q, k).UnixMilli()
+		pl.exp[i] = expiry(q, base).UnixMilli() // one jitter for all periods of a count
 	}
 	return pl
 }

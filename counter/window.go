@@ -2,7 +2,6 @@ package counter
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -115,15 +114,24 @@ type period struct {
 // sends all three to its script, which picks the one the Redis clock is
 // in: a machine whose clock is a little off still counts in the right
 // period.
-type periods [3]period
+type periods struct {
+	p [3]period
+	// start and end are p[1]'s bounds in Unix ms as script arguments,
+	// boxed once: they go with every call in the period.
+	start, end any
+}
 
 // around returns the period t is in and its neighbours.
 func (w Window) around(t time.Time) *periods {
-	if p := w.last.Load(); p != nil && !t.Before(p[1].start) && t.Before(p[1].end) {
+	if p := w.last.Load(); p != nil && !t.Before(p.p[1].start) && t.Before(p.p[1].end) {
 		return p
 	}
 	cur := w.period(t)
-	p := &periods{w.period(cur.start.Add(-time.Nanosecond)), cur, w.period(cur.end)}
+	p := &periods{
+		p:     [3]period{w.period(cur.start.Add(-time.Nanosecond)), cur, w.period(cur.end)},
+		start: cur.start.UnixMilli(),
+		end:   cur.end.UnixMilli(),
+	}
 	w.last.Store(p)
 	return p
 }
@@ -216,8 +224,17 @@ func expiry(p period, key string) time.Time {
 	length := p.end.Sub(p.start)
 	margin := min(length, 5*time.Minute)
 	spread := min(length, time.Hour)
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	jitter := time.Duration(h.Sum64()%uint64(spread.Milliseconds())) * time.Millisecond
+	jitter := time.Duration(fnv1a(key)%uint64(spread.Milliseconds())) * time.Millisecond
 	return p.end.Add(margin + jitter)
+}
+
+// fnv1a is the 64-bit FNV-1a hash of s, without the allocations of
+// hash/fnv: it is computed on every count.
+func fnv1a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
