@@ -76,7 +76,9 @@ func run(rounds int, bench, benchtime string, verbose bool) error {
 	for r := range rounds {
 		for i := range libs {
 			lib := libs[(i+r)%len(libs)]
-			cmd := exec.Command(bin, "-test.run", "^$", "-test.bench", bench+"/^"+lib+"$", "-test.benchtime", benchtime)
+			// The parentheses keep a top-level alternation ("A$|B$") from
+			// splitting the pattern: without them only B is held to lib.
+			cmd := exec.Command(bin, "-test.run", "^$", "-test.bench", "("+bench+")/^"+lib+"$", "-test.benchtime", benchtime)
 			cmd.Env = append(os.Environ(), "SURGE_BENCH_REDIS="+addr)
 			var out bytes.Buffer
 			cmd.Stdout = &out
