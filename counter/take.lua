@@ -28,73 +28,64 @@
 -- in one call, which also gives back an expiry someone removed. A count
 -- without a window keeps the TTL it was born with (INCRBY).
 local count = #KEYS / 3
--- arg(i, f) is count i's argument f: 1 n, 2 cap, 3 optional, 4 start,
--- 5 end, 6..8 e1..e3.
-local function arg(i, f)
-  return ARGV[1 + 8 * (i - 1) + f]
-end
-
-local chosen, keys = {}, {}
+-- Count i's arguments start after ARGV[a] with a = 1 + 8 * (i - 1):
+-- a+1 n, a+2 cap, a+3 optional, a+4 start, a+5 end, a+6..a+8 e1..e3.
+-- Indexed directly, with no helper closures: on a busy server every
+-- closure and table a script creates costs.
+local keys, chosen = {}, {}
 for i = 1, count do
-  chosen[i] = period(ARGV[1], arg(i, 4), arg(i, 5))
-  keys[i] = KEYS[3 * (i - 1) + chosen[i]]
+  local a = 8 * i - 7
+  local j = period(ARGV[1], ARGV[a + 4], ARGV[a + 5])
+  chosen[i] = j
+  keys[i] = KEYS[3 * i - 3 + j]
 end
 local got = redis.call('MGET', unpack(keys))
 
 -- value[key] is the count as decided so far, so that two counts of one
--- key see each other.
-local before, value = {}, {}
-for i = 1, count do
-  if before[keys[i]] == nil then
-    before[keys[i]] = got[i] and tonumber(got[i]) or false
-    value[keys[i]] = tonumber(got[i]) or 0
-  end
-end
-
-local counted = {}
-local function try(i)
-  local v = value[keys[i]] + tonumber(arg(i, 1))
-  if v > tonumber(arg(i, 2)) then
-    return false
-  end
-  value[keys[i]] = v
-  counted[i] = true
-  return true
-end
-
+-- key see each other (got[i] is the same for every i of one key).
+local value, counted = {}, {}
 local allowed = 1
-for i = 1, count do
-  if arg(i, 3) ~= '1' and not try(i) then
-    allowed = 0
-    break
-  end
-end
-if allowed == 1 then
+for pass = 1, 2 do
+  -- Pass 1 decides the required counts, pass 2 the optional ones.
+  local want = pass == 1 and '0' or '1'
   for i = 1, count do
-    if arg(i, 3) == '1' then
-      try(i)
+    local a = 8 * i - 7
+    if ARGV[a + 3] == want then
+      local k = keys[i]
+      local v = (value[k] or tonumber(got[i]) or 0) + tonumber(ARGV[a + 1])
+      if v <= tonumber(ARGV[a + 2]) then
+        value[k] = v
+        counted[i] = true
+      elseif pass == 1 then
+        allowed = 0
+        break
+      end
     end
+  end
+  if allowed == 0 then
+    break
   end
 end
 
 local reply, written = {allowed}, {}
 for i = 1, count do
-  local k = keys[i]
-  if allowed == 0 then
-    value[k] = before[k] or 0
+  local a, k = 8 * i - 7, keys[i]
+  local before = tonumber(got[i])
+  local v = value[k]
+  if allowed == 0 or not v then
+    v = before or 0
   elseif counted[i] and not written[k] then
-    written[k] = true
-    local v = string.format('%d', value[k])
-    if arg(i, 5) ~= '0' then
-      redis.call('SET', k, v, 'PXAT', arg(i, 5 + chosen[i]))
-    elseif before[k] then
-      redis.call('INCRBY', k, value[k] - before[k])
-    elseif arg(i, 6) ~= '0' then
-      redis.call('SET', k, v, 'PX', arg(i, 6))
+    written[k] = true -- once per key, with its final value
+    if ARGV[a + 5] ~= '0' then
+      redis.call('SET', k, string.format('%d', v), 'PXAT', ARGV[a + 5 + chosen[i]])
+    elseif before then
+      redis.call('INCRBY', k, v - before)
+    elseif ARGV[a + 6] ~= '0' then
+      redis.call('SET', k, string.format('%d', v), 'PX', ARGV[a + 6])
     else
-      redis.call('SET', k, v)
+      redis.call('SET', k, string.format('%d', v))
     end
   end
-  reply[#reply + 1], reply[#reply + 2], reply[#reply + 3] = value[k], counted[i] and allowed or 0, chosen[i]
+  reply[3 * i - 1], reply[3 * i], reply[3 * i + 1] = v, (allowed == 1 and counted[i]) and 1 or 0, chosen[i]
 end
 return reply

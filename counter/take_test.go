@@ -259,6 +259,16 @@ func TestTwoCountsOfOneKeySeeEachOther(t *testing.T) {
 		if err != nil || !out.Allowed || out.Counts[1].Value != 3 {
 			t.Fatalf("2 + 1: %+v %v, want counted to 3", out, err)
 		}
+		// An optional count of the same key sees the required one's, and
+		// one that does not fit leaves the key as the required one left it.
+		m := Limit{Key: redistest.Key(t) + "m", Cap: 3, Window: Fixed(time.Hour)}
+		out, err = c.Take(context.Background(), Op{Limit: m, N: 1, Optional: true}, Op{Limit: m, N: 2}, Op{Limit: m, N: 1, Optional: true})
+		if err != nil || !out.Allowed || !out.Counts[0].Counted || !out.Counts[1].Counted || out.Counts[2].Counted {
+			t.Fatalf("2 required + 1 optional + 1 optional under a cap of 3: %+v %v, want the required and the first optional counted", out, err)
+		}
+		if got, err := c.Get(context.Background(), m); err != nil || got.Value != 3 {
+			t.Fatalf("Get: %+v %v, want 3", got, err)
+		}
 	})
 }
 
