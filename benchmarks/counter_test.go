@@ -79,7 +79,7 @@ var cappedMultiLimitBenches = []counterBench{
 			tag := "{" + u + "}"
 			ops[i] = [2]surgecounter.Op{
 				{Limit: surgecounter.Limit{Key: tag + ":draws", Cap: countCap, Window: day}, N: 1},
-				{Limit: surgecounter.Limit{Key: tag + ":wins", Cap: countCap}, N: 1, Optional: true},
+				{Limit: surgecounter.Limit{Key: tag + ":wins", Cap: countCap, TTL: time.Hour}, N: 1, Optional: true},
 			}
 		}
 		return func(ctx context.Context, u int) (bool, error) {

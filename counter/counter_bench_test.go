@@ -88,7 +88,7 @@ func BenchmarkTake(b *testing.B) {
 		tag := fmt.Sprintf("{%s:%d}", base, i)
 		ops[i] = [2]Op{
 			{Limit: Limit{Key: tag + ":draws", Cap: benchCap, Window: day}, N: 1},
-			{Limit: Limit{Key: tag + ":wins", Cap: benchCap}, N: 1, Optional: true},
+			{Limit: Limit{Key: tag + ":wins", Cap: benchCap, TTL: time.Hour}, N: 1, Optional: true},
 		}
 	}
 	benchLoop(b, func(ctx context.Context, u int) error {

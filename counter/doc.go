@@ -50,8 +50,8 @@
 // moves its clocks from 00:00 to 01:00), the day starts at the jump; a day
 // a zone skipped (Samoa, 2011-12-30) has no period.
 //
-// A count without a Window never starts again; Limit.TTL, if set, makes
-// it expire that long after it was first counted (the campaign's length,
+// A count without a Window never starts again, but it still expires: its
+// Limit.TTL (required) runs from its first count (the campaign's length,
 // say). One key should always be counted with the same Window.
 //
 // # Several limits at once
@@ -81,8 +81,8 @@
 //   - A count never passes its cap, under any concurrency: the check and
 //     the increment are one script.
 //   - A refused Take changes nothing.
-//   - Every key has an expiry unless its Limit asks for none (no Window and
-//     no TTL), and a windowed key's expiry is restored on its next count.
+//   - Every key is written with an expiry in the script that creates it,
+//     and a windowed key's expiry is restored on its next count.
 //   - A period's count lasts the whole period, whatever the expiries.
 //
 // Not promised: counts survive the loss of a Redis primary that had not

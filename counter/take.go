@@ -22,9 +22,11 @@ type Limit struct {
 	// Window decides when the count starts again at zero. The zero Window
 	// never does.
 	Window Window
-	// TTL applies to a count without a Window: it expires this long after
-	// it was first counted (zero: never). A windowed count's keys expire on
-	// their own shortly after their period ends; TTL must then be zero.
+	// TTL is required for a count without a Window: it expires this long
+	// after it was first counted (a campaign's length, say), so that no
+	// count outlives its use, however it was abandoned. A windowed count's
+	// keys expire on their own shortly after their period ends; TTL must
+	// then be zero.
 	TTL time.Duration
 }
 
@@ -237,6 +239,8 @@ func (op Op) check() error {
 		return fmt.Errorf("%w: count %q: cap %d must not be negative", ErrInvalid, op.Key, op.Cap)
 	case op.TTL < 0:
 		return fmt.Errorf("%w: count %q: TTL %v must not be negative", ErrInvalid, op.Key, op.TTL)
+	case op.TTL == 0 && op.Window.kind == noWindow:
+		return fmt.Errorf("%w: count %q: a count without a Window needs a TTL: every key is born with an expiry", ErrInvalid, op.Key)
 	case op.TTL > 0 && op.Window.kind != noWindow:
 		return fmt.Errorf("%w: count %q: a windowed count expires with its period; TTL must be zero", ErrInvalid, op.Key)
 	case op.TTL%time.Millisecond != 0:

@@ -13,7 +13,7 @@
 --             it; "0": required
 --   start end the current period's bounds in ms; "0" "0" without a window
 --   e1 e2 e3  each period key's expiry in ms since the epoch; without a
---             window, e1 is a TTL in ms from creation ("0": none)
+--             window, e1 is the TTL in ms from creation (> 0)
 --
 -- Reply: {allowed, then per count: value, counted, period}: allowed and
 -- counted are 1 or 0; value is the count after this call; period is 1, 2
@@ -80,10 +80,8 @@ for i = 1, count do
       redis.call('SET', k, string.format('%d', v), 'PXAT', ARGV[a + 5 + chosen[i]])
     elseif before then
       redis.call('INCRBY', k, v - before)
-    elseif ARGV[a + 6] ~= '0' then
-      redis.call('SET', k, string.format('%d', v), 'PX', ARGV[a + 6])
     else
-      redis.call('SET', k, string.format('%d', v))
+      redis.call('SET', k, string.format('%d', v), 'PX', ARGV[a + 6])
     end
   end
   reply[3 * i - 1], reply[3 * i], reply[3 * i + 1] = v, (allowed == 1 and counted[i]) and 1 or 0, chosen[i]

@@ -21,9 +21,7 @@ if ARGV[6] ~= '0' then
   redis.call('SET', key, string.format('%d', v), 'PXAT', ARGV[6 + j])
 elseif got then
   redis.call('INCRBY', key, n)
-elseif ARGV[7] ~= '0' then
-  redis.call('SET', key, string.format('%d', v), 'PX', ARGV[7])
 else
-  redis.call('SET', key, string.format('%d', v))
+  redis.call('SET', key, string.format('%d', v), 'PX', ARGV[7])
 end
 return {1, v, 1, j}

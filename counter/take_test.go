@@ -51,7 +51,7 @@ func TestIncrStopsAtTheCap(t *testing.T) {
 func TestAnIncrementThatWouldPassTheCapCountsNothing(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		c := newClient(t, b.Client(t))
-		l := Limit{Key: redistest.Key(t), Cap: 5}
+		l := Limit{Key: redistest.Key(t), Cap: 5, TTL: time.Hour}
 		ctx := context.Background()
 		if _, err := c.Incr(ctx, l, 4); err != nil {
 			t.Fatal(err)
@@ -77,8 +77,7 @@ func TestEveryCountIsBornWithItsExpiry(t *testing.T) {
 
 		daily := Limit{Key: redistest.Key(t) + "d", Cap: 10, Window: Daily(time.UTC)}
 		lived := Limit{Key: redistest.Key(t) + "t", Cap: 10, TTL: time.Hour}
-		forever := Limit{Key: redistest.Key(t) + "f", Cap: 10}
-		for _, l := range []Limit{daily, lived, forever} {
+		for _, l := range []Limit{daily, lived} {
 			if _, err := c.Incr(ctx, l, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -94,10 +93,6 @@ func TestEveryCountIsBornWithItsExpiry(t *testing.T) {
 		key, _ := c.key(lived.Key, "")
 		if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > time.Hour {
 			t.Errorf("TTL'd count has PTTL %v, want within (0, 1h]", ttl)
-		}
-		key, _ = c.key(forever.Key, "")
-		if ttl := rdb.PTTL(ctx, key).Val(); ttl != -1 {
-			t.Errorf("count without window or TTL has PTTL %v, want none (-1)", ttl)
 		}
 
 		// A later increment keeps the TTL it was born with.
@@ -147,7 +142,7 @@ func TestADailyCountRestartsAtLocalMidnightAndOnlyThen(t *testing.T) {
 		at := &atomic.Pointer[time.Time]{}
 		set := func(t time.Time) { at.Store(&t) }
 		pin(c, at)
-		midnight := time.Date(2026, 11, 24, 0, 0, 0, 0, shanghai)
+		midnight := futureMidnight(shanghai)
 		l := Limit{Key: redistest.Key(t), Cap: 3, Window: Daily(shanghai)}
 
 		set(midnight.Add(-time.Second))
@@ -175,7 +170,7 @@ func TestTheRedisClockPicksThePeriod(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		c := newClient(t, b.Client(t))
 		ctx := context.Background()
-		midnight := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
+		midnight := futureMidnight(time.UTC)
 		local, redisNow := midnight.Add(-2*time.Second), midnight.Add(time.Second)
 		c.clock = func() time.Time { return local }
 		c.redisClock = func() time.Time { return redisNow }
@@ -225,7 +220,7 @@ func TestAnOptionalCountIsMadeOnlyIfItFits(t *testing.T) {
 		ctx := context.Background()
 		user := "{" + redistest.Key(t) + "}"
 		draws := Limit{Key: user + ":draws", Cap: 3, Window: Daily(time.UTC)}
-		wins := Limit{Key: user + ":wins", Cap: 1}
+		wins := Limit{Key: user + ":wins", Cap: 1, TTL: time.Hour}
 		take := func() Outcome {
 			t.Helper()
 			out, err := c.Take(ctx, Op{Limit: draws, N: 1}, Op{Limit: wins, N: 1, Optional: true})
@@ -250,7 +245,7 @@ func TestAnOptionalCountIsMadeOnlyIfItFits(t *testing.T) {
 func TestTwoCountsOfOneKeySeeEachOther(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		c := newClient(t, b.Client(t))
-		l := Limit{Key: redistest.Key(t), Cap: 3}
+		l := Limit{Key: redistest.Key(t), Cap: 3, TTL: time.Hour}
 		out, err := c.Take(context.Background(), Op{Limit: l, N: 2}, Op{Limit: l, N: 2})
 		if err != nil || out.Allowed {
 			t.Fatalf("2 + 2 under a cap of 3 in one call: %+v %v, want refused", out, err)
@@ -280,7 +275,7 @@ func TestParallelTakesNeverPassTheCaps(t *testing.T) {
 		ctx := context.Background()
 		user := "{" + redistest.Key(t) + "}"
 		draws := Limit{Key: user + ":draws", Cap: 30, Window: Daily(time.UTC)}
-		wins := Limit{Key: user + ":wins", Cap: 5}
+		wins := Limit{Key: user + ":wins", Cap: 5, TTL: time.Hour}
 		var allowed, won atomic.Int64
 		var wg sync.WaitGroup
 		errs := make(chan error, 100)
@@ -320,13 +315,14 @@ func TestBadCountsNeverReachRedis(t *testing.T) {
 	c := newClient(t, redistest.Open(t, redistest.Mini).Client(t, f))
 	calls := f.On(redistest.Any())
 	ctx := context.Background()
-	ok := Limit{Key: "k", Cap: 1}
+	ok := Limit{Key: "k", Cap: 1, TTL: time.Hour}
 	for name, call := range map[string]func() error{
 		"negative cap": func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: -1}, 1); return err },
 		"zero n":       func() error { _, err := c.Incr(ctx, ok, 0); return err },
 		"negative n":   func() error { _, err := c.Incr(ctx, ok, -1); return err },
-		"empty key":    func() error { _, err := c.Incr(ctx, Limit{Cap: 1}, 1); return err },
-		"broken tag":   func() error { _, err := c.Incr(ctx, Limit{Key: "a{b", Cap: 1}, 1); return err },
+		"empty key":    func() error { _, err := c.Incr(ctx, Limit{Cap: 1, TTL: time.Hour}, 1); return err },
+		"broken tag":   func() error { _, err := c.Incr(ctx, Limit{Key: "a{b", Cap: 1, TTL: time.Hour}, 1); return err },
+		"no expiry":    func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: 1}, 1); return err },
 		"nil location": func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: 1, Window: Monthly(nil)}, 1); return err },
 		"TTL and window": func() error {
 			_, err := c.Incr(ctx, Limit{Key: "k", Cap: 1, Window: Fixed(time.Second), TTL: time.Hour}, 1)
@@ -335,7 +331,7 @@ func TestBadCountsNeverReachRedis(t *testing.T) {
 		"negative TTL": func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: 1, TTL: -time.Second}, 1); return err },
 		"no ops":       func() error { _, err := c.Take(ctx); return err },
 		"two slots": func() error {
-			_, err := c.Take(ctx, Op{Limit: Limit{Key: "{a}x", Cap: 1}, N: 1}, Op{Limit: Limit{Key: "{b}x", Cap: 1}, N: 1})
+			_, err := c.Take(ctx, Op{Limit: Limit{Key: "{a}x", Cap: 1, TTL: time.Hour}, N: 1}, Op{Limit: Limit{Key: "{b}x", Cap: 1, TTL: time.Hour}, N: 1})
 			return err
 		},
 		"Get, nil location": func() error { _, err := c.Get(ctx, Limit{Key: "k", Window: Weekly(nil)}); return err },
@@ -360,10 +356,64 @@ func TestTakeReportsRedisErrors(t *testing.T) {
 	f := redistest.NewFaults()
 	c := newClient(t, redistest.Open(t, redistest.Mini).Client(t, f))
 	f.On(redistest.Any()).Fail(broken)
-	if _, err := c.Incr(context.Background(), Limit{Key: "k", Cap: 1}, 1); !errors.Is(err, broken) {
+	if _, err := c.Incr(context.Background(), Limit{Key: "k", Cap: 1, TTL: time.Hour}, 1); !errors.Is(err, broken) {
 		t.Fatalf("Incr on a broken connection: %v, want the connection's error", err)
 	}
-	if _, err := c.Get(context.Background(), Limit{Key: "k", Cap: 1}); !errors.Is(err, broken) {
+	if _, err := c.Get(context.Background(), Limit{Key: "k", Cap: 1, TTL: time.Hour}); !errors.Is(err, broken) {
 		t.Fatalf("Get on a broken connection: %v, want the connection's error", err)
 	}
+}
+
+// On the day New York's clocks go back, 01:30 happens twice; the day lasts
+// 25 hours and is one period: its count must not restart at either 01:30,
+// and must restart at the next midnight.
+func TestADailyCountSpansTheWhole25HourDay(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := newClient(t, b.Client(t))
+		ctx := context.Background()
+		ny := mustZone(t, "America/New_York")
+		at := &atomic.Pointer[time.Time]{}
+		pin(c, at)
+		l := Limit{Key: redistest.Key(t), Cap: 3, Window: Daily(ny)}
+		day := fallBack(ny)
+		firstHalfPast1 := day.Add(time.Hour + 30*time.Minute) // EDT, the first one
+		next := day.AddDate(0, 0, 1)
+		if next.Sub(day) != 25*time.Hour || firstHalfPast1.Format("15:04 MST") != "01:30 EDT" {
+			t.Fatalf("%v is not a 25-hour day whose first 01:30 is EDT", day)
+		}
+		for i, now := range []time.Time{
+			day,
+			firstHalfPast1,
+			firstHalfPast1.Add(time.Hour), // 01:30 EST, the second one
+			next.Add(-time.Second),
+		} {
+			at.Store(&now)
+			got, err := c.Incr(ctx, l, 1)
+			if err != nil || got.Counted != (i < 3) || !got.Reset.Equal(next) {
+				t.Fatalf("draw %d at %v: %+v %v, want counted only for the first three, reset at the next midnight", i+1, now, got, err)
+			}
+		}
+		at.Store(&next)
+		if got, err := c.Incr(ctx, l, 1); err != nil || !got.Counted || got.Value != 1 {
+			t.Fatalf("first draw of the next day: %+v %v", got, err)
+		}
+	})
+}
+
+// futureMidnight returns a midnight in loc two days ahead: counts written
+// for it expire after it, wherever the calendar is when the tests run (a
+// key written with an expiry in the past would vanish at once).
+func futureMidnight(loc *time.Location) time.Time {
+	y, m, d := time.Now().In(loc).Date()
+	return time.Date(y, m, d+2, 0, 0, 0, 0, loc)
+}
+
+// fallBack returns the start of next year's day on which New York's clocks
+// go back: the first Sunday of November.
+func fallBack(ny *time.Location) time.Time {
+	d := time.Date(time.Now().Year()+1, time.November, 1, 0, 0, 0, 0, ny)
+	for d.Weekday() != time.Sunday {
+		d = d.AddDate(0, 0, 1)
+	}
+	return d
 }

@@ -14,8 +14,8 @@ import (
 // period cannot be reset by an expiry at its boundary: the key's TTL only
 // cleans up after the period is over.
 //
-// The zero Window has no periods: the count never starts again (it may
-// still expire, see Limit.TTL).
+// The zero Window has no periods: the count never starts again (it still
+// expires, see Limit.TTL).
 //
 // Which period a call counts in is decided by the Redis clock, inside the
 // script, not by the clock of the calling machine.
