@@ -3,6 +3,7 @@ package counter
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,9 @@ type Client struct {
 	// pin it to cross period boundaries on a real server. redisClock, when
 	// set, replaces Redis TIME alone, so tests can skew the two.
 	clock, redisClock func() time.Time
+	// skew is how far the Redis clock was ahead of the local one when a
+	// script last said so (see windowed), in ns.
+	skew atomic.Int64
 }
 
 // New returns a Client that keeps its data in rdb.
@@ -69,12 +73,13 @@ func (c *Client) key(key, suffix string) (string, error) {
 	return k, nil
 }
 
-// now is the local clock, or the test clock.
+// now is the local clock corrected by the skew Redis last showed, or the
+// test clock.
 func (c *Client) now() time.Time {
 	if c.clock != nil {
 		return c.clock()
 	}
-	return c.local()
+	return c.local().Add(time.Duration(c.skew.Load()))
 }
 
 // nowArg is the script argument that stands for the current time: "" (the

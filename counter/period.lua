@@ -1,16 +1,18 @@
 -- period.lua: prepended to the scripts of windowed counts (scripts.go).
 --
--- A windowed count's caller sends the keys of three periods, the one its
--- own clock is in and both neighbours, with the current one's bounds;
--- period() picks one by the Redis clock, so that machines whose clocks
--- are a little off agree on the period.
+-- The caller names the key of the period its own clock is in, with that
+-- period's bounds in ms. The Redis clock decides: outside() tells whether
+-- it is in another period, and then the script touches nothing and replies
+-- {-1, now}, and the caller names the period of that time and calls again.
+-- So app servers whose clocks are off, by any amount, still count in the
+-- period Redis is in, and a call carries one key per count.
 --
 -- clock_arg is the script's time argument: "" reads Redis TIME (once per
--- call); tests pin it to a time in ms.
+-- call); tests pin it to a time in ms. stop "0" means no window.
 local clock_now
-local function period(clock_arg, start, stop)
+local function outside(clock_arg, start, stop)
   if stop == '0' then
-    return 2 -- no window: the one key
+    return false
   end
   if not clock_now then
     if clock_arg ~= '' then
@@ -20,10 +22,5 @@ local function period(clock_arg, start, stop)
       clock_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
   end
-  if clock_now < tonumber(start) then
-    return 1
-  elseif clock_now >= tonumber(stop) then
-    return 3
-  end
-  return 2
+  return clock_now < tonumber(start) or clock_now >= tonumber(stop)
 end

@@ -2,10 +2,12 @@ package counter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/surgekit/surge/internal/hashtag"
+	"github.com/surgekit/surge/internal/script"
 )
 
 // Limit is a capped count: what is counted (Key), the most it may reach
@@ -97,59 +99,65 @@ func (c *Client) Take(ctx context.Context, ops ...Op) (Outcome, error) {
 var optionalArgs = [2]any{"0", "1"}
 
 func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
-	now := c.now()
+	for _, op := range ops {
+		if err := op.check(); err != nil {
+			return Outcome{}, err
+		}
+	}
+	run, perCount := takeScript, 6
+	if len(ops) == 1 && !ops[0].Optional {
+		run, perCount = takeOneScript, 5
+	}
 	// Most calls make one or two counts: keep their placements off the heap.
 	var buf [4]placement
 	where := buf[:0]
 	if len(ops) > len(buf) {
 		where = make([]placement, 0, len(ops))
 	}
-	slot := -1
-	for _, op := range ops {
-		if err := op.check(); err != nil {
-			return Outcome{}, err
+	res, err := c.windowed(ctx, run, func(now time.Time) ([]any, error) {
+		where = where[:0]
+		slot := -1
+		for _, op := range ops {
+			pl, err := c.place(op.Limit, now)
+			if err != nil {
+				return nil, err
+			}
+			if s := hashtag.Slot(pl.key.(string)); slot < 0 {
+				slot = s
+			} else if s != slot {
+				return nil, fmt.Errorf("%w: the keys of one Take call must share a cluster slot: give them a common {tag} (%q and %q do not)", ErrInvalid, ops[0].Key, op.Key)
+			}
+			where = append(where, pl)
 		}
-		pl, err := c.place(op.Limit, now)
-		if err != nil {
-			return Outcome{}, err
+		args := run.Args(len(ops), 1+perCount*len(ops))
+		for i := range where {
+			args = append(args, where[i].key)
 		}
-		if s := hashtag.Slot(pl.keys[0].(string)); slot < 0 {
-			slot = s
-		} else if s != slot {
-			return Outcome{}, fmt.Errorf("%w: the keys of one Take call must share a cluster slot: give them a common {tag} (%q and %q do not)", ErrInvalid, ops[0].Key, op.Key)
+		args = append(args, c.nowArg())
+		for i, op := range ops {
+			pl := &where[i]
+			if perCount == 5 {
+				args = append(args, op.N, op.Cap, pl.start, pl.end, pl.exp)
+				continue
+			}
+			opt := optionalArgs[0]
+			if op.Optional {
+				opt = optionalArgs[1]
+			}
+			args = append(args, op.N, op.Cap, opt, pl.start, pl.end, pl.exp)
 		}
-		where = append(where, pl)
-	}
-	run := takeScript
-	if len(ops) == 1 && !ops[0].Optional {
-		run = takeOneScript
-	}
-	args := run.Args(3*len(ops), 1+8*len(ops))
-	for i := range where {
-		args = append(args, where[i].keys[:]...)
-	}
-	args = append(args, c.nowArg())
-	for i, op := range ops {
-		opt := optionalArgs[0]
-		if op.Optional {
-			opt = optionalArgs[1]
-		}
-		pl := &where[i]
-		args = append(args, op.N, op.Cap, opt, pl.start, pl.end)
-		args = append(args, pl.exp[:]...)
-	}
-	res, err := run.Ints(ctx, c.rdb, args)
+		return args, nil
+	})
 	if err != nil {
 		return Outcome{}, fmt.Errorf("counter: take: %w", err)
 	}
-	if len(res) != 1+3*len(ops) {
+	if len(res) != 1+2*len(ops) {
 		return Outcome{}, fmt.Errorf("counter: take: %d integers in reply to %d counts", len(res), len(ops))
 	}
 	out := Outcome{Allowed: res[0] == 1, Counts: make([]Count, len(ops))}
 	for i, op := range ops {
-		r := res[1+3*i:]
-		out.Counts[i] = count(op.Limit, where[i].p, r[0], r[2])
-		out.Counts[i].Counted = r[1] == 1
+		out.Counts[i] = count(op.Limit, where[i].p, res[1+2*i])
+		out.Counts[i].Counted = res[2+2*i] == 1
 	}
 	return out, nil
 }
@@ -160,42 +168,76 @@ func (c *Client) Get(ctx context.Context, l Limit) (Count, error) {
 	if err := (Op{Limit: l, N: 1}).check(); err != nil {
 		return Count{}, err
 	}
-	pl, err := c.place(l, c.now())
-	if err != nil {
-		return Count{}, err
-	}
+	var pl placement
 	// Not a read-only script: miniredis counts TIME as a write.
-	args := append(getScript.Args(3, 3), pl.keys[0], pl.keys[1], pl.keys[2], c.nowArg(), pl.start, pl.end)
-	res, err := getScript.Ints(ctx, c.rdb, args)
+	res, err := c.windowed(ctx, getScript, func(now time.Time) ([]any, error) {
+		var err error
+		if pl, err = c.place(l, now); err != nil {
+			return nil, err
+		}
+		return append(getScript.Args(1, 3), pl.key, c.nowArg(), pl.start, pl.end), nil
+	})
 	if err != nil {
 		return Count{}, fmt.Errorf("counter: get: %w", err)
 	}
 	if len(res) != 2 {
 		return Count{}, fmt.Errorf("counter: get: %d integers in reply, want 2", len(res))
 	}
-	return count(l, pl.p, res[0], res[1]), nil
+	return count(l, pl.p, res[1]), nil
 }
 
-// count builds the Count of l whose value is v in period j (1 to 3) of p.
-func count(l Limit, p *periods, v, j int64) Count {
+// count builds the Count of l whose value is v in period p.
+func count(l Limit, p *periodArgs, v int64) Count {
 	ct := Count{Value: v, Remaining: max(l.Cap-v, 0)}
-	if p != nil && j >= 1 && j <= 3 {
-		ct.Reset = p.p[j-1].end
+	if p != nil {
+		ct.Reset = p.period.end
 	}
 	return ct
 }
 
-// placement is where a limit's count lives at one moment: the keys of
-// the three periods around it (one key thrice without a window), the
-// current period's bounds and each key's expiry, as script arguments.
-type placement struct {
-	keys       [3]any
-	start, end any
-	exp        [3]any
-	p          *periods // nil without a window
+// wrongPeriod starts the reply of a script whose caller named a period the
+// Redis clock is not in (period.lua); the Redis time in ms follows.
+const wrongPeriod = -1
+
+// windowed runs a windowed script with the arguments build makes for the
+// time now: the caller's clock, corrected by what Redis said before. When
+// Redis's clock is in another period, the script changes nothing and says
+// its time, and windowed builds the arguments again for that time. A
+// difference between the clocks is remembered, so a machine whose clock
+// is off pays the extra round trip once, not at every boundary.
+func (c *Client) windowed(ctx context.Context, s *script.Script, build func(now time.Time) ([]any, error)) ([]int64, error) {
+	now := c.now()
+	for range 3 {
+		args, err := build(now)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.Ints(ctx, c.rdb, args)
+		if err != nil {
+			return nil, err
+		}
+		if len(res) != 2 || res[0] != wrongPeriod {
+			return res, nil
+		}
+		redisNow := time.UnixMilli(res[1])
+		if c.clock == nil {
+			c.skew.Store(int64(redisNow.Sub(c.local())))
+		}
+		now = redisNow
+	}
+	return nil, errors.New("the Redis clock kept moving out of the period named for it")
 }
 
-// noBound stands for the bounds and expiries of a count without a window.
+// placement is where a limit's count lives at one moment, as script
+// arguments: its key, its period's bounds and the key's expiry.
+type placement struct {
+	key        any
+	start, end any
+	exp        any
+	p          *periodArgs // nil without a window
+}
+
+// noBound stands for the bounds of a count without a window.
 var noBound any = "0"
 
 func (c *Client) place(l Limit, now time.Time) (placement, error) {
@@ -205,29 +247,25 @@ func (c *Client) place(l Limit, now time.Time) (placement, error) {
 	}
 	pl := placeBase(base, l.Window, now)
 	if l.Window.kind == noWindow {
-		pl.exp[0] = l.TTL.Milliseconds() // a TTL from creation
+		pl.exp = l.TTL.Milliseconds() // a TTL from creation
 	}
 	return pl, nil
 }
 
 // placeBase places the count whose key (without a window) is base: with a
-// window, the keys are base + ":" + each period's label.
+// window, the key is base + ":" + the period's label.
 func placeBase(base string, w Window, now time.Time) placement {
 	if w.kind == noWindow {
-		return placement{
-			keys:  [3]any{base, base, base},
-			start: noBound, end: noBound,
-			exp: [3]any{noBound, noBound, noBound},
-		}
+		return placement{key: base, start: noBound, end: noBound, exp: noBound}
 	}
-	p := w.around(now)
-	pl := placement{start: p.start, end: p.end, p: p}
-	for i, q := range p.p {
-		k := base + ":" + q.label
-		pl.keys[i] = k
-		pl.exp[i] = expiry(q, base).UnixMilli() // one jitter for all periods of a count
+	p := w.at(now)
+	return placement{
+		key:   base + ":" + p.label,
+		start: p.start,
+		end:   p.end,
+		exp:   expiry(p.period, base).UnixMilli(),
+		p:     p,
 	}
-	return pl
 }
 
 // check reports why op cannot be counted, or nil.

@@ -2,26 +2,27 @@
 -- through: on a busy server every table and closure a script creates
 -- costs, and most calls count one thing.
 --
--- KEYS and ARGV as take.lua with one count: KEYS[1..3] the period keys;
--- ARGV[1] the time in ms or ""; ARGV[2] n; ARGV[3] cap; ARGV[4] unused
--- (optional); ARGV[5], ARGV[6] the current period's bounds; ARGV[7..9]
--- the expiries (or ARGV[7] the TTL without a window).
+-- KEYS[1]  the count's key (see take.lua)
+-- ARGV     the time in ms or ""; then n, cap, start, end, expiry, as for
+--          one count of take.lua but without "optional"
 --
--- Reply: as take.lua's, {allowed, value, counted, period}.
-local j = period(ARGV[1], ARGV[5], ARGV[6])
-local key = KEYS[j]
+-- Reply: {allowed, value, counted}, as take.lua's; or {-1, now} when the
+-- Redis clock is not in the period named (period.lua).
+if outside(ARGV[1], ARGV[4], ARGV[5]) then
+  return {-1, clock_now}
+end
+local key = KEYS[1]
 local got = redis.call('GET', key)
 local before = tonumber(got) or 0
-local n = tonumber(ARGV[2])
-if before + n > tonumber(ARGV[3]) then
-  return {0, before, 0, j}
+local v = before + tonumber(ARGV[2])
+if v > tonumber(ARGV[3]) then
+  return {0, before, 0}
 end
-local v = before + n
-if ARGV[6] ~= '0' then
-  redis.call('SET', key, string.format('%d', v), 'PXAT', ARGV[6 + j])
+if ARGV[5] ~= '0' then
+  redis.call('SET', key, string.format('%d', v), 'PXAT', ARGV[6])
 elseif got then
-  redis.call('INCRBY', key, n)
+  redis.call('INCRBY', key, ARGV[2])
 else
-  redis.call('SET', key, string.format('%d', v), 'PX', ARGV[7])
+  redis.call('SET', key, string.format('%d', v), 'PX', ARGV[6])
 end
-return {1, v, 1, j}
+return {1, v, 1}

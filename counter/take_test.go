@@ -86,8 +86,8 @@ func TestEveryCountIsBornWithItsExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := pl.exp[1].(int64)
-		if got := rdb.PExpireTime(ctx, pl.keys[1].(string)).Val(); got.Milliseconds() != want {
+		want := pl.exp.(int64)
+		if got := rdb.PExpireTime(ctx, pl.key.(string)).Val(); got.Milliseconds() != want {
 			t.Errorf("daily key expires at %v ms, want %v (end of day + margin + jitter)", got.Milliseconds(), want)
 		}
 		key, _ := c.key(lived.Key, "")
@@ -119,7 +119,7 @@ func TestAWindowedCountThatLostItsExpiryGetsItBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		pl, _ := c.place(l, time.Now())
-		key := pl.keys[1].(string)
+		key := pl.key.(string)
 		if err := rdb.Persist(ctx, key).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -416,4 +416,32 @@ func fallBack(ny *time.Location) time.Time {
 		d = d.AddDate(0, 0, 1)
 	}
 	return d
+}
+
+// A machine whose clock is two days off still counts in the period the
+// Redis clock is in, and pays the extra round trip once: the Client
+// remembers the difference.
+func TestAClockFarOffCountsInRedissPeriodAndLearnsTheDifference(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		c := newClient(t, b.Client(t, f))
+		ctx := context.Background()
+		ahead := 48 * time.Hour
+		c.redisClock = func() time.Time { return time.Now().Add(ahead) }
+		l := Limit{Key: redistest.Key(t), Cap: 10, Window: Daily(time.UTC)}
+		if _, err := c.Incr(ctx, Limit{Key: redistest.Key(t) + "warm", Cap: 1, TTL: time.Minute}, 1); err != nil {
+			t.Fatal(err) // loads the script
+		}
+		calls := f.On(redistest.Script(takeOneScript.Hash()))
+		for i := range 3 {
+			got, err := c.Incr(ctx, l, 1)
+			redisDay := Daily(time.UTC).period(time.Now().Add(ahead))
+			if err != nil || !got.Counted || got.Value != int64(i+1) || !got.Reset.Equal(redisDay.end) {
+				t.Fatalf("Incr %d: %+v %v, want counted in Redis's day (reset %v)", i+1, got, err, redisDay.end)
+			}
+		}
+		if n := calls.Hits(); n != 4 {
+			t.Fatalf("%d script calls for 3 increments, want 4 (one retry, then the difference is known)", n)
+		}
+	})
 }

@@ -51,39 +51,49 @@ func (c *Client) AddUnique(ctx context.Context, key string, w Window, items ...s
 	if len(items) == 0 {
 		return false, fmt.Errorf("%w: unique count %q: no items to add", ErrInvalid, key)
 	}
-	pl, err := c.placeUnique(key, w)
+	base, err := c.uniqueBase(key, w)
 	if err != nil {
 		return false, err
 	}
-	args := uniqueAddScript.Args(3, 9+len(items))
-	args = append(args, pl.keys[0], pl.keys[1], pl.keys[2], c.nowArg(), pl.start, pl.end, pl.exp[0], pl.exp[1], pl.exp[2])
-	for _, it := range items {
-		args = append(args, it)
-	}
-	changed, err := uniqueAddScript.Int(ctx, c.rdb, args)
+	res, err := c.windowed(ctx, uniqueAddScript, func(now time.Time) ([]any, error) {
+		pl := placeBase(base, w, now)
+		args := uniqueAddScript.Args(1, 4+len(items))
+		args = append(args, pl.key, c.nowArg(), pl.start, pl.end, pl.exp)
+		for _, it := range items {
+			args = append(args, it)
+		}
+		return args, nil
+	})
 	if err != nil {
 		return false, fmt.Errorf("counter: add unique %q: %w", key, err)
 	}
-	return changed == 1, nil
+	if len(res) != 1 {
+		return false, fmt.Errorf("counter: add unique %q: %d integers in reply, want 1", key, len(res))
+	}
+	return res[0] == 1, nil
 }
 
 // CountUnique estimates how many distinct items were added to key in the
 // current period of w, as decided by the Redis clock: the same period an
 // AddUnique at this moment would count in.
 func (c *Client) CountUnique(ctx context.Context, key string, w Window) (int64, error) {
-	pl, err := c.placeUnique(key, w)
+	base, err := c.uniqueBase(key, w)
 	if err != nil {
 		return 0, err
 	}
 	// Not a read-only script: PFCOUNT caches its estimate in the key, and
 	// miniredis counts TIME as a write.
-	args := uniqueCountScript.Args(3, 7)
-	args = append(args, pl.keys[0], pl.keys[1], pl.keys[2], "now", c.nowArg(), pl.start, pl.end)
-	n, err := uniqueCountScript.Int(ctx, c.rdb, args)
+	res, err := c.windowed(ctx, uniqueCountScript, func(now time.Time) ([]any, error) {
+		pl := placeBase(base, w, now)
+		return append(uniqueCountScript.Args(1, 4), pl.key, "now", c.nowArg(), pl.start, pl.end), nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
 	}
-	return n, nil
+	if len(res) != 1 {
+		return 0, fmt.Errorf("counter: count unique %q: %d integers in reply, want 1", key, len(res))
+	}
+	return res[0], nil
 }
 
 // CountUniqueBetween estimates how many distinct items were added to key in
@@ -143,11 +153,14 @@ func (c *Client) CountUniqueBetween(ctx context.Context, key string, w Window, f
 	args = append(args, scratch)
 	args = append(args, keys...)
 	args = append(args, "union", scratchTTL.Milliseconds())
-	n, err := uniqueCountScript.Int(ctx, c.rdb, args)
+	res, err := uniqueCountScript.Ints(ctx, c.rdb, args)
 	if err != nil {
 		return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
 	}
-	return n, nil
+	if len(res) != 1 {
+		return 0, fmt.Errorf("counter: count unique %q: %d integers in reply, want 1", key, len(res))
+	}
+	return res[0], nil
 }
 
 // scratchKey names a key for one union: in base's hash slot, so that one
@@ -162,14 +175,10 @@ func scratchKey(base string) (string, error) {
 	return base + ":union:" + hex.EncodeToString(b[:]), nil
 }
 
-// placeUnique is where key's unique count lives now (see place).
-func (c *Client) placeUnique(key string, w Window) (placement, error) {
+// uniqueBase returns the key of key's unique count without a period.
+func (c *Client) uniqueBase(key string, w Window) (string, error) {
 	if err := w.check(); err != nil {
-		return placement{}, fmt.Errorf("unique count %q: %w", key, err)
+		return "", fmt.Errorf("unique count %q: %w", key, err)
 	}
-	base, err := c.key(key, uniqueSuffix)
-	if err != nil {
-		return placement{}, err
-	}
-	return placeBase(base, w, c.now()), nil
+	return c.key(key, uniqueSuffix)
 }

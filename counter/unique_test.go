@@ -128,12 +128,13 @@ func TestAUniqueCountIsBornWithItsExpiry(t *testing.T) {
 		if _, err := c.AddUnique(ctx, key, w, "a"); err != nil {
 			t.Fatal(err)
 		}
-		pl, err := c.placeUnique(key, w)
+		base, err := c.uniqueBase(key, w)
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := pl.keys[1].(string)
-		want := pl.exp[1].(int64)
+		pl := placeBase(base, w, now)
+		k := pl.key.(string)
+		want := pl.exp.(int64)
 		// miniredis keeps a TTL from its clock, and may give the instant
 		// back a millisecond off.
 		var slack int64

@@ -23,9 +23,8 @@ type Window struct {
 	kind  windowKind
 	every time.Duration  // Fixed
 	loc   *time.Location // Daily, Weekly, Monthly
-	// last caches the periods around the latest call: computing a calendar
-	// period in a zone with DST takes a search, and it changes once a day.
-	last *atomic.Pointer[periods]
+	// last caches the period of the latest call (see at).
+	last *atomic.Pointer[periodArgs]
 }
 
 type windowKind int
@@ -42,7 +41,7 @@ const (
 // Fixed(time.Hour) periods start on the hour in UTC. d must be a whole
 // number of milliseconds, at least one.
 func Fixed(d time.Duration) Window {
-	return Window{kind: fixedWindow, every: d, last: new(atomic.Pointer[periods])}
+	return Window{kind: fixedWindow, every: d, last: new(atomic.Pointer[periodArgs])}
 }
 
 // Daily returns a window whose periods are the calendar days of loc: from
@@ -60,7 +59,7 @@ func Weekly(loc *time.Location) Window { return calendar(weekWindow, loc) }
 func Monthly(loc *time.Location) Window { return calendar(monthWindow, loc) }
 
 func calendar(kind windowKind, loc *time.Location) Window {
-	return Window{kind: kind, loc: loc, last: new(atomic.Pointer[periods])}
+	return Window{kind: kind, loc: loc, last: new(atomic.Pointer[periodArgs])}
 }
 
 // String describes w, e.g. "daily in Asia/Shanghai".
@@ -110,28 +109,22 @@ type period struct {
 	label      string
 }
 
-// periods are the period around an instant and its two neighbours. A call
-// sends all three to its script, which picks the one the Redis clock is
-// in: a machine whose clock is a little off still counts in the right
-// period.
-type periods struct {
-	p [3]period
-	// start and end are p[1]'s bounds in Unix ms as script arguments,
-	// boxed once: they go with every call in the period.
+// periodArgs is a period with its bounds as script arguments, in Unix
+// ms, boxed once: they go with every call in the period.
+type periodArgs struct {
+	period
 	start, end any
 }
 
-// around returns the period t is in and its neighbours.
-func (w Window) around(t time.Time) *periods {
-	if p := w.last.Load(); p != nil && !t.Before(p.p[1].start) && t.Before(p.p[1].end) {
+// at returns the period t is in. The latest one is cached: computing a
+// calendar period in a zone with DST takes a search, and it changes once
+// a day.
+func (w Window) at(t time.Time) *periodArgs {
+	if p := w.last.Load(); p != nil && !t.Before(p.period.start) && t.Before(p.period.end) {
 		return p
 	}
 	cur := w.period(t)
-	p := &periods{
-		p:     [3]period{w.period(cur.start.Add(-time.Nanosecond)), cur, w.period(cur.end)},
-		start: cur.start.UnixMilli(),
-		end:   cur.end.UnixMilli(),
-	}
+	p := &periodArgs{period: cur, start: cur.start.UnixMilli(), end: cur.end.UnixMilli()}
 	w.last.Store(p)
 	return p
 }
