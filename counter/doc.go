@@ -39,11 +39,14 @@
 // second. The script writes the count and its expiry in one SET ... PXAT,
 // so a key that somehow lost its expiry gets it back on the next count.
 //
-// The Redis clock decides the period. The caller's machine computes the
-// key names of the period its own clock is in and of both neighbours (it
-// knows the time zone rules; Lua does not), and the script picks one by
-// Redis TIME. App servers whose clocks disagree by less than a period
-// therefore count in the same period.
+// The Redis clock decides the period. The caller's machine names the key
+// of the period its own clock is in (it knows the time zone rules; Lua
+// does not) and sends the period's bounds; the script checks them against
+// Redis TIME. If Redis is in another period, the script changes nothing
+// and replies with its time, and the client names that period and calls
+// again. The client remembers the difference, so a machine whose clock is
+// off pays the extra round trip once, and app servers whose clocks
+// disagree, by any amount, count in the same period.
 //
 // Calendar periods follow the zone's rules: a day in which the clocks
 // change lasts 23 or 25 hours; where local midnight does not exist (Cuba

@@ -31,13 +31,13 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithClock sets the clock by which the Client names the periods around
-// now: the current one and both neighbours, among which the Redis clock
-// picks. It is for simulations and tests that move the time of a
-// miniredis server (miniredis.SetTime) and must move the Client's with it;
-// production code keeps the default, time.Now. The Redis clock still
-// decides, so a clock more than one period away from it counts in the
-// wrong period.
+// WithClock sets the clock by which the Client names the period a call
+// counts in. The Redis clock still decides: when the two disagree, the
+// script says so and the Client calls again for Redis's period, so a
+// wrong clock costs round trips, never a wrong count. It is for
+// simulations that move the time of a miniredis server (miniredis.SetTime)
+// and save those round trips by moving the Client's with it; production
+// code keeps the default, time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {
