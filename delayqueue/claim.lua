@@ -1,0 +1,60 @@
+-- claim.lua: hand out due jobs, each with a lease. Requeues first the jobs
+-- whose lease ran out (their consumer died or stalled), so no reaper or
+-- leader is needed: every consumer's claim does that work, a bounded
+-- batch at a time.
+--
+-- KEYS     the queue's keys (common.lua)
+-- ARGV[1]  how many jobs to claim at most (> 0)
+-- ARGV[2]  the lease, in ms
+-- ARGV[3]  a random string: this claim's lease tokens are ARGV[3]..":"..i
+-- ARGV[4]  the most attempts a job gets: a job whose lease ran out on its
+--          last attempt is buried, not requeued
+-- ARGV[5]  the most expired leases to requeue in this call
+-- ARGV[6]  the dead-letter cap
+--
+-- Reply: {n, now, then five per job: id, payload, attempt, token, due}
+-- with n > 0; or {0, now, head} when nothing is due: head is the due time
+-- of the first waiting job, -1 when none waits.
+local now = now_ms()
+local lease, max = tonumber(ARGV[2]), tonumber(ARGV[4])
+
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+for _, id in ipairs(expired) do
+  if tonumber(redis.call('HGET', KEYS[3], 'a:' .. id) or '0') >= max then
+    bury(id, 'lease expired on the last attempt', now, tonumber(ARGV[6]))
+  else
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], 't:' .. id)
+    redis.call('ZADD', KEYS[1], now, id)
+  end
+end
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+if #due == 0 then
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, now, tonumber(head[2] or '-1')}
+end
+
+local n = #due / 2
+local ids, run, fields = {}, {}, {}
+for i = 1, n do
+  local id = due[2 * i - 1]
+  ids[i] = id
+  run[2 * i - 1], run[2 * i] = now + lease, id
+  fields[i] = 'p:' .. id
+end
+redis.call('ZREM', KEYS[1], unpack(ids))
+redis.call('ZADD', KEYS[2], unpack(run))
+local payloads = redis.call('HMGET', KEYS[3], unpack(fields))
+local reply, tokens = {n, now}, {}
+for i = 1, n do
+  local id = ids[i]
+  local attempt = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
+  local token = ARGV[3] .. ':' .. i
+  tokens[2 * i - 1], tokens[2 * i] = 't:' .. id, token
+  local at = #reply
+  reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] =
+    id, payloads[i] or '', attempt, token, tonumber(due[2 * i])
+end
+redis.call('HSET', KEYS[3], unpack(tokens))
+return reply

@@ -1,0 +1,52 @@
+-- common.lua: prepended to every delayqueue script (scripts.go).
+--
+-- A queue's keys, all under the queue's hash tag, in this order:
+--   KEYS[1] due    zset: waiting job id -> due time (ms, Redis clock)
+--   KEYS[2] run    zset: in-flight job id -> lease deadline (ms)
+--   KEYS[3] jobs   hash: "p:<id>" payload, "a:<id>" attempts so far,
+--                  "t:<id>" the lease token of the current delivery
+--   KEYS[4] dead   zset: dead job id -> when it died (ms)
+--   KEYS[5] morgue hash: a dead job's "p:<id>" payload, "a:<id>" attempts
+--                  and "e:<id>" last error
+-- A job is waiting (in due), in flight (in run) or dead (in dead), never
+-- two at once; its payload moves with it.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- now_ceil is the current time rounded up to the millisecond: a due time
+-- computed from it is never early.
+local function now_ceil()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
+end
+
+-- wake tells waiting consumers when a job became the queue's head, so
+-- that they move their timers forward.
+local function wake(channel, id, due)
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0)
+  if head[1] == id then
+    redis.call('PUBLISH', channel, string.format('%d', due))
+  end
+end
+
+-- bury moves job id (waiting or in flight) to the dead letters, with its
+-- payload, and drops the oldest dead letters beyond cap.
+local function bury(id, reason, now, cap)
+  local f = redis.call('HMGET', KEYS[3], 'p:' .. id, 'a:' .. id)
+  redis.call('HDEL', KEYS[3], 'p:' .. id, 'a:' .. id, 't:' .. id)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HSET', KEYS[5], 'p:' .. id, f[1] or '', 'a:' .. id, f[2] or '0', 'e:' .. id, reason)
+  redis.call('ZADD', KEYS[4], now, id)
+  local over = redis.call('ZCARD', KEYS[4]) - cap
+  if over > 0 then
+    local old = redis.call('ZRANGE', KEYS[4], 0, over - 1)
+    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1)
+    for _, o in ipairs(old) do
+      redis.call('HDEL', KEYS[5], 'p:' .. o, 'a:' .. o, 'e:' .. o)
+    end
+  end
+end

@@ -1,0 +1,27 @@
+-- enqueue.lua: add a job, unless one with its id is waiting or in flight.
+--
+-- KEYS     the queue's keys (common.lua)
+-- ARGV[1]  job id
+-- ARGV[2]  payload
+-- ARGV[3]  "d": ARGV[4] is a delay in ms from now (Redis clock);
+--          "a": ARGV[4] is the due time in ms since the epoch
+-- ARGV[5]  the queue's wake-up channel
+--
+-- Reply: {1, due} added; {0, due} a job with this id is waiting, due then;
+-- {0, -1} a job with this id is in flight. Nothing changes for a
+-- duplicate.
+local id = ARGV[1]
+if redis.call('HEXISTS', KEYS[3], 'p:' .. id) == 1 then
+  local due = redis.call('ZSCORE', KEYS[1], id)
+  return {0, due and tonumber(due) or -1}
+end
+local due = tonumber(ARGV[4])
+if ARGV[3] == 'd' then
+  -- A delay counts from the next whole millisecond, so the job is never
+  -- early; a job due at once is due now.
+  due = due > 0 and now_ceil() + due or now_ms()
+end
+redis.call('ZADD', KEYS[1], due, id)
+redis.call('HSET', KEYS[3], 'p:' .. id, ARGV[2], 'a:' .. id, 0)
+wake(ARGV[5], id, due)
+return {1, due}

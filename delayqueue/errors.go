@@ -1,0 +1,26 @@
+package delayqueue
+
+import "errors"
+
+var (
+	// ErrInvalid is wrapped by every error about a bad argument: an empty
+	// queue name, a negative delay, a payload over the queue's limit, a
+	// claim of zero jobs. Such calls never reach Redis.
+	ErrInvalid = errors.New("delayqueue: invalid argument")
+
+	// ErrLeaseLost is returned by Ack, Nack, Bury and Extend when the
+	// delivery no longer holds its job: its lease ran out and another
+	// claim requeued it (and perhaps handed it to another consumer), or the
+	// job was already acked, retried or buried through this delivery.
+	// Nothing was changed.
+	ErrLeaseLost = errors.New("delayqueue: lease lost")
+
+	// ErrNotFound is returned by Cancel, Reschedule and Revive when the
+	// queue has no such job (waiting, or dead for Revive).
+	ErrNotFound = errors.New("delayqueue: no such job")
+
+	// ErrInFlight is returned by Cancel and Reschedule for a job a consumer
+	// holds: it cannot be taken back, only acked or failed by its holder.
+	// Revive returns it when a live job already has the dead job's id.
+	ErrInFlight = errors.New("delayqueue: job in flight")
+)
