@@ -1,0 +1,74 @@
+// Package delayqueue is a reliable delay queue in Redis: jobs that run on
+// time, never early, and are never lost when a consumer dies.
+//
+// # Why
+//
+// The classic Redis delay queue is a sorted set scored by due time, read
+// with ZRANGEBYSCORE and taken with ZREM: consumers race for the same
+// items and the losers waste round trips, and an item is lost if the
+// consumer that removed it crashes before finishing it. One team's queue
+// filled up and stopped because a lock guarding it had deadlocked (SETNX
+// succeeded, the process died before EXPIRE) and the worker that could
+// not get it slept and retried forever. Popular libraries store due times
+// in whole seconds (jobs run up to a second early) or move scheduled jobs
+// every few seconds (seconds late).
+//
+// # How it works
+//
+// Every state change is one Lua script on the queue's keys, which share
+// the queue's hash tag (so a queue lives on one Cluster node, and the
+// scripts run there):
+//
+//	prefix{queue}:due     zset  waiting job id -> due time (ms, Redis clock)
+//	prefix{queue}:run     zset  in-flight job id -> lease deadline (ms)
+//	prefix{queue}:jobs    hash  payload, attempts and lease token per job
+//	prefix{queue}:dead    zset  dead job id -> when it died (ms)
+//	prefix{queue}:morgue  hash  a dead job's payload, attempts and last error
+//	prefix{queue}:wake    pub/sub channel: a job became the queue's head
+//
+// Due times are integer milliseconds. A delay counts from the Redis clock
+// rounded up to the next millisecond, and Claim hands out a job only when
+// the Redis clock, rounded down, has reached its due time: a job is never
+// handed out early, and at most a millisecond of rounding late.
+//
+// Claim moves up to n due jobs to the in-flight set with a lease deadline,
+// a fresh lease token per delivery and the attempt counted, in one script:
+// concurrent consumers never get the same job and never waste a round trip
+// on one another. The same script first requeues a bounded batch of jobs
+// whose lease ran out (their consumer crashed or stalled), and buries those
+// that had their last attempt: no separate reaper or leader is needed.
+// When nothing is due, Claim returns the due time of the queue's head, so
+// a consumer can sleep exactly until then.
+//
+// Ack, Nack, Bury and Extend check the delivery's lease token: a consumer
+// whose lease ran out cannot finish or retry a job that has since been
+// requeued or handed to someone else (ErrLeaseLost). Nack retries the job
+// after an exponential backoff with jitter (WithBackoff), and after its
+// last attempt (WithMaxAttempts) buries it in the dead letters with its
+// payload and the last error. The dead letters are capped
+// (WithDeadLetters): the oldest go first. Dead lists them; Revive puts one
+// back.
+//
+// # Delivery is at least once
+//
+// A job is delivered again if its lease runs out before it is acked: the
+// consumer crashed, stalled past its lease, or lost its connection. So a
+// handler may see a job more than once, and must be idempotent: check
+// whether the work was done (by the job's id) before doing it, or make the
+// work itself repeatable. What the queue promises is that no job is lost
+// and none runs early.
+//
+// # Guarantees
+//
+//   - A job is in exactly one of waiting, in flight and dead, and its
+//     payload moves with it; a claim, ack, retry or burial is one script.
+//   - Two deliveries of one job never hold it at once: a new delivery
+//     exists only after the old lease ran out, and the old one can then
+//     change nothing.
+//   - Enqueueing an id that is waiting or in flight changes nothing and
+//     says so (Enqueued.Duplicate).
+//
+// Not promised: that a job is done exactly once (see above), or survives
+// the loss of a Redis primary that had not replicated it (replication is
+// asynchronous).
+package delayqueue

@@ -1,0 +1,84 @@
+package delayqueue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/delayqueue"
+)
+
+// Claiming by hand: a job is handed out once due, held under a lease, and
+// acked when done. (A Worker does this loop for you.)
+func ExampleQueue_Claim() {
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+
+	q, err := delayqueue.New(rdb, "orders")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	// Cancel order 42 in 15 minutes unless it is paid by then.
+	e, err := q.Enqueue(ctx, []byte("cancel-unpaid 42"), delayqueue.WithID("order-42"), delayqueue.After(15*time.Minute))
+	if err != nil {
+		panic(err)
+	}
+	again, _ := q.Enqueue(ctx, []byte("cancel-unpaid 42"), delayqueue.WithID("order-42"), delayqueue.After(15*time.Minute))
+	fmt.Println("enqueued", e.ID, "duplicate the second time:", again.Duplicate)
+
+	jobs, next, _ := q.Claim(ctx, 10, 30*time.Second)
+	fmt.Printf("due now: %d, next in about %v\n", len(jobs), time.Until(next).Round(time.Minute))
+
+	// Fifteen minutes later (the embedded server's clock moves):
+	srv.SetTime(time.Now().Add(15*time.Minute + time.Second))
+	jobs, _, _ = q.Claim(ctx, 10, 30*time.Second)
+	for _, d := range jobs {
+		fmt.Printf("handling %s (attempt %d): %s\n", d.ID, d.Attempt, d.Payload)
+		if err := d.Ack(ctx); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// enqueued order-42 duplicate the second time: true
+	// due now: 0, next in about 15m0s
+	// handling order-42 (attempt 1): cancel-unpaid 42
+}
+
+// A job that keeps failing is retried with backoff, then buried with its
+// payload and last error, to be inspected and revived.
+func ExampleDelivery_Nack() {
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+
+	q, err := delayqueue.New(rdb, "emails", delayqueue.WithMaxAttempts(2), delayqueue.WithBackoff(time.Second, time.Minute))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if _, err := q.Enqueue(ctx, []byte("welcome ann@example.com"), delayqueue.WithID("mail-1")); err != nil {
+		panic(err)
+	}
+	now := time.Now()
+	srv.SetTime(now)
+	for attempt := 1; attempt <= 2; attempt++ {
+		jobs, _, _ := q.Claim(ctx, 1, time.Minute)
+		retry, _ := jobs[0].Nack(ctx, errors.New("smtp: connection refused"))
+		fmt.Printf("attempt %d failed; retry scheduled: %v\n", attempt, !retry.IsZero())
+		srv.SetTime(now.Add(time.Duration(attempt) * time.Minute)) // past the backoff
+	}
+	dead, _ := q.Dead(ctx, 10)
+	fmt.Printf("dead: %s after %d attempts: %s\n", dead[0].ID, dead[0].Attempts, dead[0].Error)
+	// Output:
+	// attempt 1 failed; retry scheduled: true
+	// attempt 2 failed; retry scheduled: false
+	// dead: mail-1 after 2 attempts: smtp: connection refused
+}
