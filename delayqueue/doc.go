@@ -24,6 +24,9 @@
 //	prefix{queue}:jobs    hash  payload, attempts and lease token per job
 //	prefix{queue}:dead    zset  dead job id -> when it died (ms)
 //	prefix{queue}:morgue  hash  a dead job's payload, attempts and last error
+//	prefix{queue}:periodic hash periodic schedule name -> the latest firing
+//	                      enqueued (ms); expires a week after the firing
+//	                      that follows it, refreshed at each firing
 //	prefix{queue}:wake    pub/sub channel: a job became the queue's head
 //
 // Due times are integer milliseconds. A delay counts from the Redis clock
@@ -48,6 +51,16 @@
 // payload and the last error. The dead letters are capped
 // (WithDeadLetters): the oldest go first. Dead lists them; Revive puts one
 // back.
+//
+// # Periodic jobs
+//
+// Queue.Periodic runs a Schedule (Every, or a Cron expression) by
+// enqueueing each firing as a job whose id is the schedule's name and the
+// firing's time. Any number of processes may run the same schedule: one
+// script records the latest firing enqueued and adds a firing only if it
+// is later, so each firing is enqueued exactly once, even after its job
+// ran. Firings missed while no scheduler ran are not replayed as a burst:
+// only the latest is enqueued.
 //
 // # Delivery is at least once
 //

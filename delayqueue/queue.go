@@ -111,11 +111,7 @@ func After(d time.Duration) EnqueueOption {
 // A time in the past makes it due at once.
 func At(t time.Time) EnqueueOption {
 	return func(c *enqueueConfig) {
-		ms := t.UnixMilli()
-		if t.After(time.UnixMilli(ms)) {
-			ms++
-		}
-		c.mode, c.value = "a", ms
+		c.mode, c.value = "a", ceilMilli(t)
 	}
 }
 
@@ -131,6 +127,15 @@ func WithID(id string) EnqueueOption {
 		}
 		c.id = id
 	}
+}
+
+// ceilMilli returns t in Unix milliseconds, rounded up.
+func ceilMilli(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
 }
 
 func ceilMillis(d time.Duration) int64 {
@@ -202,7 +207,10 @@ type Delivery struct {
 	// Attempt counts the job's deliveries, this one included: 1 the first
 	// time.
 	Attempt int
-	// Due is when the job was due: Claimed minus Due is its lateness.
+	// Due is when this delivery became due: the job's due time on its
+	// first attempt, the retry's after a Nack, and the moment a claim
+	// requeued it after a lost lease. Claimed minus Due is this delivery's
+	// wait.
 	Due time.Time
 	// Claimed is when the claim took it, by the Redis clock.
 	Claimed time.Time

@@ -53,4 +53,8 @@ var (
 	//go:embed stats.lua
 	statsLua    string
 	statsScript = newScript(statsLua)
+
+	//go:embed periodic.lua
+	periodicLua    string
+	periodicScript = newScript(periodicLua)
 )
