@@ -1,16 +1,26 @@
--- ack.lua: a delivery's job is done: forget it, if the delivery still
--- holds the job (its token is the job's current one).
+-- ack.lua: deliveries' jobs are done: forget each job whose delivery
+-- still holds it (its token is the job's current one). A Worker acks the
+-- handlers that returned together with one call; Delivery.Ack sends one.
 --
 -- KEYS     the queue's keys (common.lua)
--- ARGV[1]  job id
--- ARGV[2]  the delivery's lease token
+-- ARGV     pairs: job id, the delivery's lease token
 --
--- Reply: 1 done; 0 the delivery no longer holds the job (its lease ran
--- out and the job was requeued, claimed again or buried).
-local id = ARGV[1]
-if redis.call('HGET', KEYS[3], 't:' .. id) ~= ARGV[2] then
-  return 0
+-- Reply: one integer per pair, in order: 1 done; 0 the delivery no longer
+-- held the job (its lease ran out and the job was requeued, claimed again
+-- or buried).
+local reply, done, fields = {}, {}, {}
+for i = 1, #ARGV, 2 do
+  local id = ARGV[i]
+  if redis.call('HGET', KEYS[3], 't:' .. id) == ARGV[i + 1] then
+    done[#done + 1] = id
+    fields[#fields + 1], fields[#fields + 2], fields[#fields + 3] = 'p:' .. id, 'a:' .. id, 't:' .. id
+    reply[#reply + 1] = 1
+  else
+    reply[#reply + 1] = 0
+  end
 end
-redis.call('ZREM', KEYS[2], id)
-redis.call('HDEL', KEYS[3], 'p:' .. id, 'a:' .. id, 't:' .. id)
-return 1
+if #done > 0 then
+  redis.call('ZREM', KEYS[2], unpack(done))
+  redis.call('HDEL', KEYS[3], unpack(fields))
+end
+return reply

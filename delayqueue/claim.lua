@@ -12,9 +12,10 @@
 -- ARGV[5]  the most expired leases to requeue in this call
 -- ARGV[6]  the dead-letter cap
 --
--- Reply: {n, now, then five per job: id, payload, attempt, token, due}
--- with n > 0; or {0, now, head} when nothing is due: head is the due time
--- of the first waiting job, -1 when none waits.
+-- Reply: {n, now, next, then five per job: id, payload, attempt, token,
+-- due}. next is when a claim may next find work: the earlier of the due
+-- time of the first job still waiting and the first lease deadline (a
+-- consumer may die); -1 when there is neither.
 local now = now_ms()
 local lease, max = tonumber(ARGV[2]), tonumber(ARGV[4])
 
@@ -30,31 +31,37 @@ for _, id in ipairs(expired) do
 end
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-if #due == 0 then
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {0, now, tonumber(head[2] or '-1')}
+local n = #due / 2
+local reply = {n, now, -1}
+if n > 0 then
+  local ids, run, fields = {}, {}, {}
+  for i = 1, n do
+    local id = due[2 * i - 1]
+    ids[i] = id
+    run[2 * i - 1], run[2 * i] = now + lease, id
+    fields[i] = 'p:' .. id
+  end
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('ZADD', KEYS[2], unpack(run))
+  local payloads = redis.call('HMGET', KEYS[3], unpack(fields))
+  local tokens = {}
+  for i = 1, n do
+    local id = ids[i]
+    local attempt = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
+    local token = ARGV[3] .. ':' .. i
+    tokens[2 * i - 1], tokens[2 * i] = 't:' .. id, token
+    local at = #reply
+    reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] =
+      id, payloads[i] or '', attempt, token, tonumber(due[2 * i])
+  end
+  redis.call('HSET', KEYS[3], unpack(tokens))
 end
 
-local n = #due / 2
-local ids, run, fields = {}, {}, {}
-for i = 1, n do
-  local id = due[2 * i - 1]
-  ids[i] = id
-  run[2 * i - 1], run[2 * i] = now + lease, id
-  fields[i] = 'p:' .. id
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local lease_end = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local next = tonumber(head[2] or '-1')
+if lease_end[2] and (next < 0 or tonumber(lease_end[2]) < next) then
+  next = tonumber(lease_end[2])
 end
-redis.call('ZREM', KEYS[1], unpack(ids))
-redis.call('ZADD', KEYS[2], unpack(run))
-local payloads = redis.call('HMGET', KEYS[3], unpack(fields))
-local reply, tokens = {n, now}, {}
-for i = 1, n do
-  local id = ids[i]
-  local attempt = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
-  local token = ARGV[3] .. ':' .. i
-  tokens[2 * i - 1], tokens[2 * i] = 't:' .. id, token
-  local at = #reply
-  reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] =
-    id, payloads[i] or '', attempt, token, tonumber(due[2 * i])
-end
-redis.call('HSET', KEYS[3], unpack(tokens))
+reply[3] = next
 return reply

@@ -8,7 +8,7 @@ var (
 	// claim of zero jobs. Such calls never reach Redis.
 	ErrInvalid = errors.New("delayqueue: invalid argument")
 
-	// ErrLeaseLost is returned by Ack, Nack, Bury and Extend when the
+	// ErrLeaseLost is returned by Ack, Nack, Bury, Release and Extend when the
 	// delivery no longer holds its job: its lease ran out and another
 	// claim requeued it (and perhaps handed it to another consumer), or the
 	// job was already acked, retried or buried through this delivery.
@@ -23,4 +23,10 @@ var (
 	// holds: it cannot be taken back, only acked or failed by its holder.
 	// Revive returns it when a live job already has the dead job's id.
 	ErrInFlight = errors.New("delayqueue: job in flight")
+
+	// ErrShutdown is the cause of a handler's context when the worker's
+	// shutdown timeout passed before the handler returned. The worker then
+	// releases the job (Delivery.Release): due again at once, the attempt
+	// not counted.
+	ErrShutdown = errors.New("delayqueue: worker shut down before the handler returned")
 )

@@ -198,7 +198,7 @@ func randomID() string {
 }
 
 // Delivery is one delivery of a job to a consumer, holding the job until
-// its lease ends. Finish it with exactly one of Ack, Nack or Bury.
+// its lease ends. Finish it with exactly one of Ack, Nack, Bury or Release.
 type Delivery struct {
 	// ID is the job's id.
 	ID string
@@ -228,8 +228,10 @@ type Delivery struct {
 // requeues a bounded batch of jobs whose leases ran out, and buries those
 // that had their last attempt.
 //
-// With nothing due it returns no deliveries and next, the due time of the
-// first waiting job (zero when none waits): a consumer sleeps until then.
+// next is when a claim may next find work: the due time of the first job
+// still waiting or the end of the first lease (its holder may die),
+// whichever is earlier; zero when the queue is empty. A consumer with
+// nothing to do sleeps until then.
 func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) (deliveries []*Delivery, next time.Time, err error) {
 	if n < 1 {
 		return nil, time.Time{}, fmt.Errorf("%w: claim of %d jobs", ErrInvalid, n)
@@ -248,26 +250,20 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) (deliveri
 	}
 	count, err1 := integer(res[0])
 	now, err2 := integer(res[1])
-	if err := errors.Join(err1, err2); err != nil {
+	head, err3 := integer(res[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, time.Time{}, fmt.Errorf("delayqueue: claim from %q: %w", q.name, err)
 	}
-	if count == 0 {
-		head, err := integer(res[2])
-		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("delayqueue: claim from %q: %w", q.name, err)
-		}
-		if head >= 0 {
-			next = time.UnixMilli(head)
-		}
-		return nil, next, nil
+	if head >= 0 {
+		next = time.UnixMilli(head)
 	}
-	if int64(len(res)) != 2+5*count {
+	if int64(len(res)) != 3+5*count {
 		return nil, time.Time{}, fmt.Errorf("delayqueue: claim from %q: %d values in reply for %d jobs", q.name, len(res), count)
 	}
 	claimed := time.UnixMilli(now)
 	deliveries = make([]*Delivery, 0, count)
 	for i := range int(count) {
-		r := res[2+5*i:]
+		r := res[3+5*i:]
 		id, ok1 := r[0].(string)
 		payload, ok2 := r[1].(string)
 		attempt, err1 := integer(r[2])
@@ -282,7 +278,7 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) (deliveri
 			q: q, token: tok,
 		})
 	}
-	return deliveries, time.Time{}, nil
+	return deliveries, next, nil
 }
 
 // integer reads an integer reply.
@@ -304,11 +300,11 @@ func integer(v any) (int64, error) {
 // its job yet.
 func (d *Delivery) Ack(ctx context.Context) error {
 	args := append(d.q.args(ackScript, 2), d.ID, d.token)
-	ok, err := ackScript.Int(ctx, d.q.rdb, args)
+	res, err := ackScript.Ints(ctx, d.q.rdb, args)
 	if err != nil {
 		return fmt.Errorf("delayqueue: ack %q: %w", d.ID, err)
 	}
-	if ok != 1 {
+	if len(res) != 1 || res[0] != 1 {
 		return fmt.Errorf("delayqueue: ack %q: %w", d.ID, ErrLeaseLost)
 	}
 	return nil
@@ -320,28 +316,33 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // It returns when the retry is due, or the zero time if the job was
 // buried.
 func (d *Delivery) Nack(ctx context.Context, cause error) (time.Time, error) {
-	return d.fail(ctx, cause, false)
+	return d.fail(ctx, cause, "0")
 }
 
 // Bury moves the job to the dead letters at once, with cause, whatever its
 // attempts: for a job that can never succeed (a malformed payload).
 func (d *Delivery) Bury(ctx context.Context, cause error) error {
-	_, err := d.fail(ctx, cause, true)
+	_, err := d.fail(ctx, cause, "1")
 	return err
 }
 
-func (d *Delivery) fail(ctx context.Context, cause error, bury bool) (time.Time, error) {
+// Release gives the job back without counting this attempt: due again at
+// once, for another consumer. A Worker shutting down releases the jobs its
+// handlers did not finish.
+func (d *Delivery) Release(ctx context.Context) error {
+	_, err := d.fail(ctx, nil, "r")
+	return err
+}
+
+// fail nacks (mode "0"), buries ("1") or releases ("r") the delivery.
+func (d *Delivery) fail(ctx context.Context, cause error, mode string) (time.Time, error) {
 	msg := "failed"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	buryArg := "0"
-	if bury {
-		buryArg = "1"
-	}
 	q := d.q
 	args := append(q.args(nackScript, 8), d.ID, d.token, q.backoff(d.Attempt).Milliseconds(),
-		q.cfg.maxAttempts, buryArg, msg, q.cfg.deadLetters, q.channel)
+		q.cfg.maxAttempts, mode, msg, q.cfg.deadLetters, q.channel)
 	res, err := nackScript.Ints(ctx, q.rdb, args)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("delayqueue: nack %q: %w", d.ID, err)

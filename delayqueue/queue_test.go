@@ -370,3 +370,34 @@ func TestBadInputNeverReachesRedis(t *testing.T) {
 		t.Errorf("New(nil): %v, want ErrInvalid", err)
 	}
 }
+
+func TestReleaseGivesTheJobBackWithoutCountingTheAttempt(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		q := newQueue(t, b.Client(t), WithMaxAttempts(1))
+		ctx := context.Background()
+		enqueue(t, q, "job", After(time.Hour))
+		if _, err := q.Reschedule(ctx, "nope", After(0)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Reschedule of an unknown job: %v", err)
+		}
+		e := enqueue(t, q, "now")
+		ds, next := claim(t, q, 10, 10*time.Second)
+		if len(ds) != 1 || ds[0].ID != e.ID {
+			t.Fatalf("claim: %+v, want the job due now", ds)
+		}
+		// The first lease ends before the other job is due: a claim then
+		// may find work (the holder may have died).
+		if !next.Equal(ds[0].LeaseUntil) {
+			t.Fatalf("next %v, want the lease's end %v", next, ds[0].LeaseUntil)
+		}
+		if err := ds[0].Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again, _ := claim(t, q, 10, 10*time.Second)
+		if len(again) != 1 || again[0].ID != e.ID || again[0].Attempt != 1 {
+			t.Fatalf("claim after Release: %+v, want the job on attempt 1 again (one attempt allowed)", again)
+		}
+		if err := ds[0].Release(ctx); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("second Release by the old delivery: %v, want ErrLeaseLost", err)
+		}
+	})
+}
