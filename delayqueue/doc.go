@@ -52,6 +52,21 @@
 // (WithDeadLetters): the oldest go first. Dead lists them; Revive puts one
 // back.
 //
+// # Workers
+//
+// Queue.NewWorker runs a Handler with a concurrency limit: nil acks the
+// job, an error retries it, Permanent(err) buries it, and a panic is
+// recovered and retries it. An idle worker sleeps until the queue's head
+// is due (or a lease ends), is woken early by a pub/sub notice when a job
+// becomes the head, and claims once per PollInterval (about a second) in
+// case a notice was lost: an idle queue costs one command a second per
+// worker. A busy worker claims for all its free slots in one call, and
+// acks the handlers that finished together in one call. Leases renew every
+// third of their length while a handler runs; a lost lease cancels the
+// handler's context. When Run's context ends, the worker stops claiming,
+// waits up to ShutdownTimeout for its handlers, then cancels them and
+// releases their jobs, due again at once. See Worker for the details.
+//
 // # Periodic jobs
 //
 // Queue.Periodic runs a Schedule (Every, or a Cron expression) by

@@ -23,15 +23,15 @@ import (
 // An idle worker does not poll Redis in a loop. It sleeps until the first
 // of:
 //
-//   - the due time of the queue's first waiting job, which every claim that
-//     finds nothing due returns;
+//   - the due time of the queue's first waiting job, or the end of the
+//     first lease if that is earlier (its holder may die), which every
+//     claim returns;
 //   - a notice on the queue's pub/sub channel: a script that makes a job the
 //     head of the queue (Enqueue, Reschedule, Nack's retry, Revive)
 //     publishes its due time, and the worker moves its timer earlier, or
 //     claims at once if the job is due already;
 //   - a handler finishing, if jobs may be waiting for the freed slot;
-//   - a safety poll (PollInterval, jittered), in case a notice was lost or
-//     a consumer died and the lease of its job ran out.
+//   - a safety poll (PollInterval, jittered), in case a notice was lost.
 //
 // So an idle queue costs one claim per PollInterval. A busy worker claims
 // as many jobs as it has free slots, in one call, as soon as a handler
@@ -47,7 +47,8 @@ import (
 // Delivery is at least once. Each handler runs under the context of a
 // lease, renewed every third of it; the context is cancelled when the lease
 // is lost (the job may then run elsewhere) or when shutdown's deadline
-// passes. If renewals fail, the worker gives up on the lease when it would
+// passes; the jobs of handlers stopped by shutdown are released, due
+// again at once, their attempt not counted. If renewals fail, the worker gives up on the lease when it would
 // run out by the local clock, measured from before the claim or renewal
 // was sent, so no later than Redis frees the job. A handler whose job may
 // run twice must be idempotent.
