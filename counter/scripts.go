@@ -13,6 +13,13 @@ var periodLua string
 
 func windowed(src string) *script.Script { return script.New(periodLua + "\n" + src) }
 
+// versioned_common.lua is prepended to the versioned-value scripts.
+//
+//go:embed versioned_common.lua
+var versionedCommonLua string
+
+func versioned(src string) *script.Script { return script.New(versionedCommonLua + "\n" + src) }
+
 var (
 	//go:embed take.lua
 	takeLua    string
@@ -28,11 +35,11 @@ var (
 
 	//go:embed versioned_set.lua
 	versionedSetLua    string
-	versionedSetScript = script.New(versionedSetLua)
+	versionedSetScript = versioned(versionedSetLua)
 
 	//go:embed versioned_delete.lua
 	versionedDeleteLua    string
-	versionedDeleteScript = script.New(versionedDeleteLua)
+	versionedDeleteScript = versioned(versionedDeleteLua)
 
 	//go:embed unique_add.lua
 	uniqueAddLua    string

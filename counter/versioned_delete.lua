@@ -11,16 +11,9 @@
 --        {0, us, seq}: not deleted; the current version's parts ({0, 0, 0}:
 --        the value does not exist).
 local key = KEYS[1]
-local ver = redis.call('HGET', key, 'ver')
-local us, seq = 0, 0
-if ver then
-  local u, s = string.match(ver, '^(%d+)(%d%d%d)$')
-  if not u then
-    return redis.error_reply('counter: ' .. key .. ' has a malformed version')
-  end
-  us, seq = tonumber(u), tonumber(s)
-elseif redis.call('EXISTS', key) == 1 then
-  return redis.error_reply('counter: ' .. key .. ' is not a versioned value')
+local us, seq, ver, bad = current_version(key)
+if bad then
+  return bad
 end
 
 if not ver or us ~= tonumber(ARGV[1]) or seq ~= tonumber(ARGV[2]) then
