@@ -8,10 +8,15 @@
 -- Reply: one integer per pair, in order: 1 done; 0 the delivery no longer
 -- held the job (its lease ran out and the job was requeued, claimed again
 -- or buried).
+local tokens = {}
+for i = 1, #ARGV, 2 do
+  tokens[#tokens + 1] = 't:' .. ARGV[i]
+end
+local held = redis.call('HMGET', KEYS[3], unpack(tokens))
 local reply, done, fields = {}, {}, {}
 for i = 1, #ARGV, 2 do
   local id = ARGV[i]
-  if redis.call('HGET', KEYS[3], 't:' .. id) == ARGV[i + 1] then
+  if held[(i + 1) / 2] == ARGV[i + 1] then
     done[#done + 1] = id
     fields[#fields + 1], fields[#fields + 2], fields[#fields + 3] = 'p:' .. id, 'a:' .. id, 't:' .. id
     reply[#reply + 1] = 1

@@ -34,27 +34,31 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIM
 local n = #due / 2
 local reply = {n, now, -1}
 if n > 0 then
+  -- One HMGET reads every job's payload and attempts, one HSET writes
+  -- the attempts and lease tokens back: the commands of a claim do not
+  -- grow with the jobs it hands out.
   local ids, run, fields = {}, {}, {}
   for i = 1, n do
     local id = due[2 * i - 1]
     ids[i] = id
     run[2 * i - 1], run[2 * i] = now + lease, id
-    fields[i] = 'p:' .. id
+    fields[2 * i - 1], fields[2 * i] = 'p:' .. id, 'a:' .. id
   end
   redis.call('ZREM', KEYS[1], unpack(ids))
   redis.call('ZADD', KEYS[2], unpack(run))
-  local payloads = redis.call('HMGET', KEYS[3], unpack(fields))
-  local tokens = {}
+  local got = redis.call('HMGET', KEYS[3], unpack(fields))
+  local writes = {}
   for i = 1, n do
     local id = ids[i]
-    local attempt = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
+    local attempt = tonumber(got[2 * i] or '0') + 1
     local token = ARGV[3] .. ':' .. i
-    tokens[2 * i - 1], tokens[2 * i] = 't:' .. id, token
+    local w = #writes
+    writes[w + 1], writes[w + 2], writes[w + 3], writes[w + 4] = 'a:' .. id, attempt, 't:' .. id, token
     local at = #reply
     reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4], reply[at + 5] =
-      id, payloads[i] or '', attempt, token, tonumber(due[2 * i])
+      id, got[2 * i - 1] or '', attempt, token, tonumber(due[2 * i])
   end
-  redis.call('HSET', KEYS[3], unpack(tokens))
+  redis.call('HSET', KEYS[3], unpack(writes))
 end
 
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -11,7 +11,10 @@
 -- {0, -1} a job with this id is in flight. Nothing changes for a
 -- duplicate.
 local id = ARGV[1]
-if redis.call('HEXISTS', KEYS[3], 'p:' .. id) == 1 then
+-- HSETNX is the duplicate check and the write at once: one command fewer
+-- per job than HEXISTS then HSET. The attempts field is born at the first
+-- claim.
+if redis.call('HSETNX', KEYS[3], 'p:' .. id, ARGV[2]) == 0 then
   local due = redis.call('ZSCORE', KEYS[1], id)
   return {0, due and tonumber(due) or -1}
 end
@@ -22,6 +25,5 @@ if ARGV[3] == 'd' then
   due = due > 0 and now_ceil() + due or now_ms()
 end
 redis.call('ZADD', KEYS[1], due, id)
-redis.call('HSET', KEYS[3], 'p:' .. id, ARGV[2], 'a:' .. id, 0)
 wake(ARGV[5], id, due)
 return {1, due}
