@@ -235,7 +235,7 @@ func (p *Periodic) Name() string { return p.name }
 // each firing is enqueued once.
 func (p *Periodic) Run(ctx context.Context) error {
 	f, after := int64(-1), int64(-1) // the firing to offer; -1 only reads
-	failures := 0
+	failures, spins := 0, 0
 	for ctx.Err() == nil {
 		r, err := p.offer(ctx, f, after)
 		if err != nil {
@@ -260,6 +260,17 @@ func (p *Periodic) Run(ctx context.Context) error {
 		wait := time.Duration(pl.at-r.now) * time.Millisecond
 		if wait > periodicMaxSleep {
 			wait, f, after = periodicMaxSleep, -1, -1
+		}
+		// A plan due at once normally follows one offer: several in a row
+		// would mean the record and the schedule disagree. Never spin on
+		// Redis then: pace the offers.
+		if wait <= 0 {
+			spins++
+			if spins > 2 {
+				wait = min(time.Duration(spins)*10*time.Millisecond, time.Second)
+			}
+		} else {
+			spins = 0
 		}
 		if wait > 0 && !sleepCtx(ctx, wait) {
 			break
