@@ -3,12 +3,11 @@ package delayqueue
 import (
 	"context"
 	"fmt"
-	mrand "math/rand/v2"
-	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/surgekit/surge/internal/hashtag"
+	"github.com/surgekit/surge/internal/script"
 )
 
 // Schedule gives the firings of a periodic job.
@@ -184,7 +183,7 @@ func (q *Queue) Periodic(name string, s Schedule, payload []byte, opts ...Period
 	if name == "" {
 		return nil, fmt.Errorf("%w: empty periodic job name", ErrInvalid)
 	}
-	if isNilSchedule(s) {
+	if script.IsNil(s) {
 		return nil, fmt.Errorf("%w: periodic job %q: nil schedule", ErrInvalid, name)
 	}
 	if c, ok := s.(interface{ check() error }); ok {
@@ -210,18 +209,6 @@ func (q *Queue) Periodic(name string, s Schedule, payload []byte, opts ...Period
 		key:     hashtag.Key(q.cfg.prefix, q.name, ":periodic"),
 		lead:    cfg.lead, onError: cfg.onError,
 	}, nil
-}
-
-func isNilSchedule(s Schedule) bool {
-	if s == nil {
-		return true
-	}
-	v := reflect.ValueOf(s)
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
 }
 
 // Name returns the periodic job's name.
@@ -281,12 +268,7 @@ func (p *Periodic) Run(ctx context.Context) error {
 
 // retryDelay returns the backoff after the nth failure in a row.
 func (p *Periodic) retryDelay(n int) time.Duration {
-	d := periodicRetryBase
-	for i := 1; i < n && d < periodicRetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, periodicRetryMax)
-	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+	return expBackoff(periodicRetryBase, periodicRetryMax, n)
 }
 
 // sleepCtx sleeps for d, or until ctx ends: then it returns false.

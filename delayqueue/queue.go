@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"strconv"
 	"time"
 
@@ -359,15 +358,21 @@ func (d *Delivery) fail(ctx context.Context, cause error, mode string) (time.Tim
 }
 
 // backoff returns the delay before the retry that follows a failed
-// attempt: base * 2^(attempt-1) up to max, between half and all of it at
-// random.
+// attempt (see expBackoff).
 func (q *Queue) backoff(attempt int) time.Duration {
-	d := q.cfg.backoff
-	for i := 1; i < attempt && d < q.cfg.maxBackoff; i++ {
+	return expBackoff(q.cfg.backoff, q.cfg.maxBackoff, attempt)
+}
+
+// expBackoff returns the wait after the nth failure in a row: base
+// doubled n-1 times, at most max, then between half and all of that at
+// random (retryJitter), so that what failed together does not retry
+// together.
+func expBackoff(base, max time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
 		d *= 2
 	}
-	d = min(d, q.cfg.maxBackoff)
-	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+	return retryJitter(min(d, max))
 }
 
 // Extend renews the delivery's lease: it ends lease from now. Workers call
@@ -436,8 +441,11 @@ func (q *Queue) Reschedule(ctx context.Context, id string, when EnqueueOption) (
 
 // DeadJob is a job in the dead letters.
 type DeadJob struct {
-	ID       string
-	Payload  []byte
+	// ID is the job's id: Revive takes it.
+	ID string
+	// Payload is the job's payload, kept with it.
+	Payload []byte
+	// Attempts counts the deliveries the job had.
 	Attempts int
 	// Died is when it was buried, by the Redis clock.
 	Died time.Time
@@ -493,6 +501,7 @@ func (q *Queue) Revive(ctx context.Context, id string) error {
 
 // Stats is a snapshot of a queue.
 type Stats struct {
+	// Waiting, InFlight and Dead count the jobs in each state.
 	Waiting, InFlight, Dead int64
 	// OldestDue is the due time of the first waiting job; zero if none.
 	OldestDue time.Time

@@ -106,6 +106,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error says that the handler panicked, with the panic value.
 func (e *PanicError) Error() string { return fmt.Sprintf("delayqueue: handler panicked: %v", e.Value) }
 
 // Unwrap returns the panic value if it is an error.

@@ -101,10 +101,11 @@ func (s *Script) evalArgs(args []any) []any {
 	return eval
 }
 
-// IsNil reports whether a client is missing: nil, or a nil pointer (or
-// map, func, ...) inside the interface, which would otherwise pass a nil
-// check and panic on the first command. Constructors reject it up front.
-func IsNil(c Processor) bool {
+// IsNil reports whether a client (or any other value a constructor needs,
+// such as a schedule) is missing: nil, or a nil pointer (or map, func, ...)
+// inside the interface, which would otherwise pass a nil check and panic
+// on first use. Constructors reject it up front.
+func IsNil(c any) bool {
 	if c == nil {
 		return true
 	}
