@@ -40,8 +40,9 @@
 // on one another. The same script first requeues a bounded batch of jobs
 // whose lease ran out (their consumer crashed or stalled), and buries those
 // that had their last attempt: no separate reaper or leader is needed.
-// When nothing is due, Claim returns the due time of the queue's head, so
-// a consumer can sleep exactly until then.
+// Claim also returns when a claim may next find work: the due time of the
+// queue's head, or the end of the first lease if earlier (its holder may
+// die), so a consumer can sleep exactly until then.
 //
 // Ack, Nack, Bury and Extend check the delivery's lease token: a consumer
 // whose lease ran out cannot finish or retry a job that has since been
