@@ -116,3 +116,46 @@ func IsNil(c any) bool {
 	}
 	return false
 }
+
+// Pipeliner is a client that can send several commands in one round trip:
+// *redis.Client, *redis.ClusterClient (one pipeline per node) and
+// *redis.Ring have it.
+type Pipeliner interface {
+	Processor
+	Pipeline() redis.Pipeliner
+}
+
+// IntsBatch runs several commands built with Args in one pipeline and
+// returns their replies, arrays of integers, in order. A command that
+// meets NOSCRIPT is sent again with the source. The first error of any
+// command is returned, with no replies.
+func (s *Script) IntsBatch(ctx context.Context, c Pipeliner, args [][]any) ([][]int64, error) {
+	replies := make([][]int64, len(args))
+	if len(args) == 1 {
+		r, err := s.Ints(ctx, c, args[0])
+		if err != nil {
+			return nil, err
+		}
+		replies[0] = r
+		return replies, nil
+	}
+	pipe := c.Pipeline()
+	cmds := make([]*redis.IntSliceCmd, len(args))
+	for i, a := range args {
+		cmds[i] = redis.NewIntSliceCmd(ctx, a...)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+	for i, cmd := range cmds {
+		err := cmd.Err()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			replies[i], err = s.Ints(ctx, c, args[i])
+		} else {
+			replies[i] = cmd.Val()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return replies, nil
+}
