@@ -346,8 +346,11 @@ func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (m
 	sh := &f.shards[g.shard]
 	switch r[0] {
 	case 0, 3:
+		if len(r) < 2 {
+			return false, fmt.Errorf("bloom: unexpected reply %v", r)
+		}
 		done := r[2:]
-		if len(done) > len(g.items) {
+		if len(done) > len(g.items) || (r[0] == 0 && len(done) != len(g.items)) {
 			return false, fmt.Errorf("bloom: %d answers for %d items", len(done), len(g.items))
 		}
 		for i, v := range done {
