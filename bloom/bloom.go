@@ -234,6 +234,9 @@ func (f *Filter) do(ctx context.Context, add bool, items []string, out []bool) e
 	if err := f.ready(ctx); err != nil {
 		return err
 	}
+	if !f.scalable {
+		return f.doFixed(ctx, add, items, out)
+	}
 	groups := f.split(items)
 	s := existsScript
 	if add {
@@ -265,6 +268,63 @@ func (f *Filter) do(ctx context.Context, add bool, items []string, out []bool) e
 		groups = pending
 	}
 	return nil
+}
+
+// doFixed is do for a fixed-size filter: one layer, so no layer counts
+// to follow, and scripts that do nothing but check the parameters and
+// read or set bits.
+func (f *Filter) doFixed(ctx context.Context, add bool, items []string, out []bool) error {
+	s := existsFixedScript
+	if add {
+		s = addFixedScript
+	}
+	groups := f.split(items)
+	args := make([][]any, len(groups))
+	for i := range groups {
+		args[i] = f.fixedArgs(s, add, &groups[i])
+	}
+	replies, err := s.IntsBatch(ctx, f.rdb, args)
+	if err != nil {
+		return fmt.Errorf("bloom: %w", err)
+	}
+	for i, r := range replies {
+		g := &groups[i]
+		if len(r) == 1 && r[0] == -1 {
+			return f.mismatch(ctx, g.shard)
+		}
+		if len(r) != len(g.items) {
+			return fmt.Errorf("bloom: %d answers for %d items", len(r), len(g.items))
+		}
+		for j, v := range r {
+			if g.at != nil {
+				out[g.at[j]] = v == 1
+			} else {
+				out[j] = v == 1
+			}
+		}
+	}
+	return nil
+}
+
+// fixedArgs builds the call of add_fixed or exists_fixed for g.
+func (f *Filter) fixedArgs(s *script.Script, add bool, g *group) []any {
+	l := f.layers[0]
+	var a []any
+	if add {
+		a = s.Args(2, 4+len(g.items)*l.hashes)
+	} else {
+		a = s.ArgsRO(2, 4+len(g.items)*l.hashes)
+	}
+	keys := f.shards[g.shard].keys
+	a = append(a, keys[0], keys[1], f.paramStr, l.hashes)
+	var pos [64]int64
+	for _, item := range g.items {
+		h1, h2 := murmur3(item, positionSeed)
+		for _, p := range appendPositions(pos[:0], h1, h2, l.bits, l.hashes) {
+			a = append(a, p)
+		}
+	}
+	return a
 }
 
 // split groups items by shard.

@@ -12,34 +12,39 @@ func TestRedisErrorsReachTheCaller(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		faults := redistest.NewFaults()
-		f := mustNew(t, b.Client(t, faults), redistest.Key(t), 100, 0.01, WithShards(2))
-		if _, err := f.Add(ctx, "before"); err != nil {
-			t.Fatal(err)
-		}
+		rdb := b.Client(t, faults)
+		fixed := mustNew(t, rdb, redistest.Key(t), 100, 0.01, WithShards(2))
+		scalable := mustScalable(t, rdb, redistest.Key(t), 100, 0.01, WithShards(2))
 		broken := errors.New("connection reset")
-		for name, sha := range map[string]string{"add": addScript.Hash(), "exists": existsScript.Hash(), "info": infoScript.Hash()} {
-			rule := faults.On(redistest.Script(sha)).Fail(broken)
-			var err error
-			switch name {
-			case "add":
-				_, err = f.AddMany(ctx, items("a", 10)) // both shards, one pipeline
-			case "exists":
-				_, err = f.Exists(ctx, "before")
-			case "info":
-				_, err = f.Count(ctx)
-			}
+		for _, c := range []struct {
+			name string
+			sha  string
+			call func() error
+		}{
+			{"fixed add", addFixedScript.Hash(), func() error { _, err := fixed.AddMany(ctx, items("a", 10)); return err }},
+			{"fixed exists", existsFixedScript.Hash(), func() error { _, err := fixed.Exists(ctx, "a-1"); return err }},
+			{"scalable add", addScript.Hash(), func() error { _, err := scalable.Add(ctx, "a-1"); return err }},
+			{"scalable exists", existsScript.Hash(), func() error { _, err := scalable.ExistsMany(ctx, items("a", 10)); return err }},
+			{"count", infoScript.Hash(), func() error { _, err := fixed.Count(ctx); return err }},
+			{"drop", dropScript.Hash(), func() error { return scalable.Drop(ctx) }},
+		} {
+			rule := faults.On(redistest.Script(c.sha)).Fail(broken)
+			err := c.call()
 			rule.Off()
 			if !errors.Is(err, broken) {
-				t.Errorf("%s with the script failing: %v, want the Redis error", name, err)
+				t.Errorf("%s with the script failing: %v, want the Redis error", c.name, err)
 			}
 		}
 		// A cancelled context is the caller's error, not a filter answer.
+		if _, err := fixed.Add(ctx, "before"); err != nil {
+			t.Fatal(err)
+		}
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
-		if ok, err := f.Exists(cancelled, "before"); !errors.Is(err, context.Canceled) || ok {
+		if ok, err := fixed.Exists(cancelled, "before"); !errors.Is(err, context.Canceled) || ok {
 			t.Fatalf("Exists with a cancelled context: %v %v", ok, err)
 		}
-		if ok, err := f.Exists(ctx, "before"); err != nil || !ok {
+		if ok, err := fixed.Exists(ctx, "before"); err != nil || !ok {
 			t.Fatalf("after the faults: %v %v", ok, err)
 		}
 	})
@@ -49,21 +54,25 @@ func TestAFlushedScriptCacheIsRefilled(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		rdb := b.Client(t)
-		f := mustNew(t, rdb, redistest.Key(t), 100, 0.01, WithShards(3))
-		all := items("s", 30)
-		if _, err := f.AddMany(ctx, all); err != nil {
-			t.Fatal(err)
-		}
-		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		// The pipelined path, every shard meeting NOSCRIPT at once.
-		mustContainAll(t, f, all)
-		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if isNew, err := f.Add(ctx, all[0]); err != nil || isNew {
-			t.Fatalf("Add after a flush: %v %v", isNew, err)
+		for _, f := range []*Filter{
+			mustNew(t, rdb, redistest.Key(t), 100, 0.01, WithShards(3)),
+			mustScalable(t, rdb, redistest.Key(t), 100, 0.01, WithShards(3)),
+		} {
+			all := items("s", 30)
+			if _, err := f.AddMany(ctx, all); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// The pipelined path, every shard meeting NOSCRIPT at once.
+			mustContainAll(t, f, all)
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if isNew, err := f.Add(ctx, all[0]); err != nil || isNew {
+				t.Fatalf("Add after a flush: %v %v", isNew, err)
+			}
 		}
 	})
 }

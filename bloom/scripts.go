@@ -34,3 +34,15 @@ var (
 	dropLua    string
 	dropScript = withMeta(dropLua)
 )
+
+// The scripts of fixed-size filters stand alone: they check the parameter
+// string themselves and never look at layers.
+var (
+	//go:embed add_fixed.lua
+	addFixedLua    string
+	addFixedScript = script.New(addFixedLua)
+
+	//go:embed exists_fixed.lua
+	existsFixedLua    string
+	existsFixedScript = script.New(existsFixedLua)
+)
