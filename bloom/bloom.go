@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/surgekit/surge/internal/coalesce"
 	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/script"
 )
@@ -55,7 +56,17 @@ type shard struct {
 	// known is how many layers the Filter believes the shard has; a
 	// script that finds more says so and the call is repeated.
 	known atomic.Int32
+	// adds and lookups coalesce concurrent Adds and Exists calls on the
+	// shard into batches (see one).
+	adds, lookups coalesce.Batcher[string, bool]
 }
+
+// maxInFlight bounds the coalesced script calls in flight at once per
+// shard and kind (add or lookup); maxBatch bounds the items in one.
+const (
+	maxInFlight = 2
+	maxBatch    = 64
+)
 
 // New returns a fixed-size filter named name, sized to hold capacity
 // items at the false-positive rate rate: m = -capacity·ln(rate)/(ln 2)^2
@@ -121,8 +132,11 @@ func newFilter(rdb RedisClient, name string, capacity int64, rate float64, scala
 		for j := range layers {
 			keys[1+j] = tag + ":bits:" + strconv.Itoa(j)
 		}
-		f.shards[i].keys = keys
-		f.shards[i].known.Store(1)
+		sh := &f.shards[i]
+		sh.keys = keys
+		sh.known.Store(1)
+		sh.adds.MaxInFlight, sh.adds.MaxBatch = maxInFlight, maxBatch
+		sh.lookups.MaxInFlight, sh.lookups.MaxBatch = maxInFlight, maxBatch
 	}
 	return f, nil
 }
@@ -177,11 +191,15 @@ func (f *Filter) ready(ctx context.Context) error {
 // exactly one reports true. A false result means the item was present or
 // is a false positive (it collides with items added before).
 //
-// Add is AddMany for one item.
+// Concurrent Adds (and concurrent Exists calls) of one Filter coalesce:
+// while two script calls for a shard are in flight, the calls that arrive
+// queue and go together in the next, one script call for up to 64 items,
+// each decided as if it had come alone. A lone caller goes at once; a
+// crowd shares round trips and the script's fixed costs. If ctx ends while
+// the item is in flight, Add returns an error that wraps ctx.Err() (the
+// item may or may not have been added: Add it again to be sure).
 func (f *Filter) Add(ctx context.Context, item string) (bool, error) {
-	var out [1]bool
-	err := f.do(ctx, true, []string{item}, out[:])
-	return out[0], err
+	return f.one(ctx, true, item)
 }
 
 // AddMany adds items and reports, for each, whether it was new (see Add).
@@ -201,11 +219,29 @@ func (f *Filter) AddMany(ctx context.Context, items []string) ([]bool, error) {
 // the item was never added. True is wrong at about the filter's rate for
 // items never added (see Params.ExpectedRate).
 //
-// Exists is ExistsMany for one item.
+// Concurrent Exists calls coalesce as Adds do.
 func (f *Filter) Exists(ctx context.Context, item string) (bool, error) {
-	var out [1]bool
-	err := f.do(ctx, false, []string{item}, out[:])
-	return out[0], err
+	return f.one(ctx, false, item)
+}
+
+// one runs Add or Exists for one item through its shard's batcher.
+func (f *Filter) one(ctx context.Context, add bool, item string) (bool, error) {
+	if err := f.ready(ctx); err != nil {
+		return false, err
+	}
+	s := shardOf(item, len(f.shards))
+	b := &f.shards[s].lookups
+	if add {
+		b = &f.shards[s].adds
+	}
+	found, err := b.Do(ctx, item, func(ctx context.Context, items []string) ([]bool, error) {
+		out := make([]bool, len(items))
+		return out, f.run(ctx, add, []group{{shard: s, items: items}}, out)
+	})
+	if errors.Is(err, coalesce.ErrOutcomeUnknown) && add {
+		err = fmt.Errorf("bloom: add %q: %w", item, err)
+	}
+	return found, err
 }
 
 // ExistsMany reports, for each of items, whether it may be in the filter
@@ -234,10 +270,15 @@ func (f *Filter) do(ctx context.Context, add bool, items []string, out []bool) e
 	if err := f.ready(ctx); err != nil {
 		return err
 	}
+	return f.run(ctx, add, f.split(items), out)
+}
+
+// run runs add or exists for each group's items, one script call per
+// group, and writes each item's answer to out.
+func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) error {
 	if !f.scalable {
-		return f.doFixed(ctx, add, items, out)
+		return f.doFixed(ctx, add, groups, out)
 	}
-	groups := f.split(items)
 	s := existsScript
 	if add {
 		s = addScript
@@ -273,12 +314,11 @@ func (f *Filter) do(ctx context.Context, add bool, items []string, out []bool) e
 // doFixed is do for a fixed-size filter: one layer, so no layer counts
 // to follow, and scripts that do nothing but check the parameters and
 // read or set bits.
-func (f *Filter) doFixed(ctx context.Context, add bool, items []string, out []bool) error {
+func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bool) error {
 	s := existsFixedScript
 	if add {
 		s = addFixedScript
 	}
-	groups := f.split(items)
 	args := make([][]any, len(groups))
 	for i := range groups {
 		args[i] = f.fixedArgs(s, add, &groups[i])

@@ -1,0 +1,113 @@
+package bloom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+func TestConcurrentAddsShareScriptCalls(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		faults := redistest.NewFaults()
+		f := mustNew(t, b.Client(t, faults), redistest.Key(t), 1000, 0.01)
+		if _, err := f.Add(ctx, "warm"); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		calls := faults.On(redistest.Script(addFixedScript.Hash()))
+		held := faults.On(redistest.Script(addFixedScript.Hash())).Hold().Times(maxInFlight)
+		t.Cleanup(held.Release)
+		first := make(chan error, maxInFlight)
+		for i := range maxInFlight {
+			go func() {
+				_, err := f.Add(ctx, fmt.Sprint("first-", i))
+				first <- err
+			}()
+		}
+		redistest.WaitFor(t, 10*time.Second, "the first adds to be in flight", func() bool { return held.Hits() == maxInFlight })
+
+		// Ten Adds queue behind them, five of one item: in one script
+		// call, decided one after the other, exactly one of the five is new.
+		type outcome struct {
+			item  string
+			isNew bool
+			err   error
+		}
+		queued := []string{"same", "same", "same", "same", "same", "a", "b", "c", "d", "e"}
+		results := make(chan outcome, len(queued))
+		for i, item := range queued {
+			go func() {
+				isNew, err := f.Add(ctx, item)
+				results <- outcome{item, isNew, err}
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
+		}
+		held.Release()
+		for range maxInFlight {
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+		}
+		fresh := map[string]int{}
+		for range queued {
+			o := <-results
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if o.isNew {
+				fresh[o.item]++
+			}
+		}
+		if fresh["same"] != 1 || len(fresh) != 6 {
+			t.Fatalf("new: %v; want each item new exactly once", fresh)
+		}
+		if n := calls.Hits(); n != maxInFlight+1 {
+			t.Fatalf("%d script calls for %d held adds and ten behind them, want %d", n, maxInFlight, maxInFlight+1)
+		}
+	})
+}
+
+func TestALookupThatGivesUpInTheQueueReturnsAtOnce(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		faults := redistest.NewFaults()
+		f := mustNew(t, b.Client(t, faults), redistest.Key(t), 1000, 0.01)
+		if _, err := f.Exists(ctx, "warm"); err != nil {
+			t.Fatal(err)
+		}
+		held := faults.On(redistest.Script(existsFixedScript.Hash())).Hold().Times(maxInFlight)
+		t.Cleanup(held.Release)
+		first := make(chan error, maxInFlight)
+		for range maxInFlight {
+			go func() {
+				_, err := f.Exists(ctx, "x")
+				first <- err
+			}()
+		}
+		redistest.WaitFor(t, 10*time.Second, "the first lookups to be in flight", func() bool { return held.Hits() == maxInFlight })
+		quit, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := f.Exists(quit, "y")
+			done <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the lookup to queue", func() bool { return f.shards[0].lookups.Queued() == 1 })
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a cancelled lookup in the queue: %v", err)
+		}
+		held.Release()
+		for range maxInFlight {
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := held.Hits(); n != maxInFlight {
+			t.Fatalf("%d lookups sent, want %d: the cancelled one must not be", n, maxInFlight)
+		}
+	})
+}

@@ -1,0 +1,183 @@
+// Package coalesce sends concurrent calls bound for one place (a Redis key,
+// a shard) together, in few round trips: group commit for scripts.
+//
+// Nothing waits to fill a batch. A call that finds fewer than MaxInFlight
+// batches in flight leads a batch at once; calls that arrive while the
+// flight is full queue, and the next free leader takes them along. A lone
+// caller pays a mutex and goes alone; a crowd pays one round trip and the
+// script's fixed costs (the EVALSHA dispatch, its checks, the network
+// syscalls) per batch instead of per call, which is what keeps a busy
+// node from saturating.
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// ErrOutcomeUnknown is joined with the context's error when a call's
+// context ends while its request is in a batch in flight: the request may
+// or may not have taken effect.
+var ErrOutcomeUnknown = errors.New("the request was in flight: its outcome is unknown")
+
+// Send sends reqs, the leader's first, in one batch and returns one result
+// per request, in order, or an error for all of them. It runs under the
+// leader's context.
+type Send[Q, R any] func(ctx context.Context, reqs []Q) ([]R, error)
+
+// A Batcher coalesces calls. The zero value is not ready: set MaxInFlight
+// and MaxBatch (both at least 1) before the first Do; then it is safe for
+// concurrent use.
+type Batcher[Q, R any] struct {
+	// MaxInFlight bounds the batches in flight at once. One gives the
+	// biggest batches, but then every call waits a whole round trip plus
+	// the batch before it; two keep the connection and the server busy
+	// while one reply travels back.
+	MaxInFlight int
+	// MaxBatch bounds the requests in one batch.
+	MaxBatch int
+
+	mu       sync.Mutex
+	queue    []*call[Q, R] // FIFO
+	inFlight int           // leaders: batches in flight or about to be sent
+}
+
+type call[Q, R any] struct {
+	req  Q
+	done chan struct{} // one send: the call leads, or its result is in
+
+	// Guarded by the Batcher's mu until finished.
+	state state
+	res   R
+	err   error
+	retry bool // the batch failed because the leader's context ended
+}
+
+type state uint8
+
+const (
+	queued state = iota
+	leading
+	sent
+	finished
+)
+
+// Do sends req, alone or with others, through send, and returns its
+// result. If the caller's context ends first, Do returns an error wrapping
+// the context's: before req was sent, req never is; once it is in flight,
+// the error also wraps ErrOutcomeUnknown. A batch that failed only
+// because its leader's context ended is sent again for the others.
+func (b *Batcher[Q, R]) Do(ctx context.Context, req Q, send Send[Q, R]) (R, error) {
+	for {
+		c := &call[Q, R]{req: req}
+		b.mu.Lock()
+		if b.inFlight < b.MaxInFlight {
+			b.inFlight++
+			c.state = leading
+			b.mu.Unlock()
+		} else {
+			c.done = make(chan struct{}, 1)
+			b.queue = append(b.queue, c)
+			b.mu.Unlock()
+			if err := b.wait(ctx, c); err != nil {
+				var zero R
+				return zero, err
+			}
+		}
+		if c.state == leading {
+			b.lead(ctx, c, send)
+		}
+		// c is finished: nothing writes its fields any more.
+		if c.retry && ctx.Err() == nil {
+			continue
+		}
+		return c.res, c.err
+	}
+}
+
+// Queued returns how many calls wait for a place in a batch.
+func (b *Batcher[Q, R]) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// wait blocks until c leads or is finished, or ctx ends.
+func (b *Batcher[Q, R]) wait(ctx context.Context, c *call[Q, R]) error {
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch c.state {
+	case finished:
+		return nil
+	case sent:
+		return errors.Join(ctx.Err(), ErrOutcomeUnknown)
+	case leading:
+		// Chosen to lead a batch not sent yet: the next in line leads.
+		b.handOver()
+	default:
+		b.queue = slices.DeleteFunc(b.queue, func(q *call[Q, R]) bool { return q == c })
+	}
+	return ctx.Err()
+}
+
+// handOver gives up a leader's place: the first queued call, if any,
+// leads the next batch. The caller holds b.mu.
+func (b *Batcher[Q, R]) handOver() {
+	if len(b.queue) == 0 {
+		b.inFlight--
+		return
+	}
+	next := b.queue[0]
+	b.queue = slices.Delete(b.queue, 0, 1)
+	next.state = leading
+	next.done <- struct{}{}
+}
+
+// lead sends lead's request and those queued behind it, finishes every
+// call of the batch, and hands the lead on.
+func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q, R]) {
+	b.mu.Lock()
+	n := min(len(b.queue), b.MaxBatch-1)
+	batch := make([]*call[Q, R], 0, 1+n)
+	batch = append(append(batch, lead), b.queue[:n]...)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	for _, c := range batch {
+		c.state = sent
+	}
+	b.mu.Unlock()
+
+	reqs := make([]Q, len(batch))
+	for i, c := range batch {
+		reqs[i] = c.req
+	}
+	res, err := send(ctx, reqs)
+	if err == nil && len(res) != len(reqs) {
+		err = fmt.Errorf("coalesce: %d results for %d requests", len(res), len(reqs))
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, c := range batch {
+		if err != nil {
+			c.err = err
+			c.retry = c != lead && ctx.Err() != nil
+		} else {
+			c.res = res[i]
+		}
+		c.state = finished
+		if c != lead {
+			c.done <- struct{}{}
+		}
+	}
+	b.handOver()
+}

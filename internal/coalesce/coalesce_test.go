@@ -1,0 +1,232 @@
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gate is a Send that records its batches and, while closed, holds each
+// batch until the test lets one through.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	entered chan []int
+	release chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{entered: make(chan []int, 100), release: make(chan struct{}, 100)}
+}
+
+func (g *gate) send(ctx context.Context, reqs []int) ([]string, error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, reqs)
+	g.mu.Unlock()
+	g.entered <- reqs
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make([]string, len(reqs))
+	for i, r := range reqs {
+		out[i] = fmt.Sprint("r", r)
+	}
+	return out, nil
+}
+
+// waitQueued waits until n calls are queued on b.
+func waitQueued[Q, R any](t *testing.T, b *Batcher[Q, R], n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Queued() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", b.Queued(), n)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, bounded above
+	}
+}
+
+type result struct {
+	req int
+	res string
+	err error
+}
+
+func start(b *Batcher[int, string], g *gate, ctx context.Context, req int, out chan<- result) {
+	go func() {
+		r, err := b.Do(ctx, req, g.send)
+		out <- result{req, r, err}
+	}()
+}
+
+func TestALoneCallGoesAtOnce(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 2, MaxBatch: 8}
+	g := newGate()
+	g.release <- struct{}{}
+	r, err := b.Do(context.Background(), 7, g.send)
+	if err != nil || r != "r7" || len(g.batches) != 1 || len(g.batches[0]) != 1 {
+		t.Fatalf("%q %v, batches %v", r, err, g.batches)
+	}
+}
+
+func TestCallsBehindAFullFlightGoTogether(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 4}
+	g := newGate()
+	out := make(chan result, 10)
+	ctx := context.Background()
+	start(b, g, ctx, 0, out)
+	<-g.entered // the first batch is in flight, held
+	for i := 1; i <= 6; i++ {
+		start(b, g, ctx, i, out)
+		waitQueued(t, b, i)
+	}
+	for range 3 {
+		g.release <- struct{}{}
+	}
+	for range 7 {
+		r := <-out
+		if r.err != nil || r.res != fmt.Sprint("r", r.req) {
+			t.Fatalf("call %d: %q %v", r.req, r.res, r.err)
+		}
+	}
+	// In arrival order, at most MaxBatch each.
+	want := "[[0] [1 2 3 4] [5 6]]"
+	if got := fmt.Sprint(g.batches); got != want {
+		t.Fatalf("batches %s, want %s", got, want)
+	}
+}
+
+func TestACallThatGivesUpInTheQueueIsNeverSent(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	g := newGate()
+	out := make(chan result, 10)
+	ctx := context.Background()
+	start(b, g, ctx, 0, out)
+	<-g.entered
+	quit, cancel := context.WithCancel(ctx)
+	start(b, g, quit, 1, out)
+	waitQueued(t, b, 1)
+	start(b, g, ctx, 2, out)
+	waitQueued(t, b, 2)
+	cancel()
+	if r := <-out; r.req != 1 || !errors.Is(r.err, context.Canceled) || errors.Is(r.err, ErrOutcomeUnknown) {
+		t.Fatalf("the cancelled call: %+v", r)
+	}
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	for range 2 {
+		if r := <-out; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	if got := fmt.Sprint(g.batches); got != "[[0] [2]]" {
+		t.Fatalf("batches %s, want [[0] [2]]", got)
+	}
+}
+
+func TestACallThatGivesUpInFlightLearnsTheOutcomeIsUnknown(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	g := newGate()
+	out := make(chan result, 10)
+	ctx := context.Background()
+	start(b, g, ctx, 0, out)
+	<-g.entered
+	quit, cancel := context.WithCancel(ctx)
+	start(b, g, quit, 1, out)
+	waitQueued(t, b, 1)
+	g.release <- struct{}{} // batch [0] lands; 1 leads [1]
+	if r := <-out; r.req != 0 || r.err != nil {
+		t.Fatalf("first: %+v", r)
+	}
+	<-g.entered // [1] in flight
+	// 2 queues behind it, then 1's own context ends: it is the leader,
+	// so its batch fails, and 2, sent later, is unaffected.
+	start(b, g, ctx, 2, out)
+	waitQueued(t, b, 1)
+	cancel()
+	r := <-out
+	if r.req != 1 || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the cancelled leader: %+v", r)
+	}
+	g.release <- struct{}{}
+	if r := <-out; r.req != 2 || r.err != nil || r.res != "r2" {
+		t.Fatalf("the call behind it: %+v", r)
+	}
+}
+
+func TestFollowersOfALeaderThatGaveUpAreSentAgain(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	g := newGate()
+	out := make(chan result, 10)
+	ctx := context.Background()
+	start(b, g, ctx, 0, out)
+	<-g.entered
+	quit, cancel := context.WithCancel(ctx)
+	start(b, g, quit, 1, out) // will lead [1 2 3]
+	waitQueued(t, b, 1)
+	start(b, g, ctx, 2, out)
+	start(b, g, ctx, 3, out)
+	waitQueued(t, b, 3)
+	g.release <- struct{}{}
+	<-out       // 0
+	<-g.entered // [1 2 3] in flight under 1's context
+	cancel()    // the batch fails with 1's context
+	r := <-out
+	if r.req != 1 || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("leader: %+v", r)
+	}
+	// 2 and 3 are sent again, under their own contexts.
+	got := map[int]string{}
+	for len(got) < 2 {
+		select {
+		case r := <-out:
+			if r.err != nil {
+				t.Fatalf("follower %d: %v", r.req, r.err)
+			}
+			got[r.req] = r.res
+		case <-g.entered:
+			g.release <- struct{}{}
+		}
+	}
+	if got[2] != "r2" || got[3] != "r3" {
+		t.Fatalf("followers: %v", got)
+	}
+	if n := len(g.batches); n < 3 {
+		t.Fatalf("%d batches: the followers were not sent again", n)
+	}
+}
+
+func TestManyCallersGetTheirOwnResults(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 2, MaxBatch: 16}
+	send := func(_ context.Context, reqs []int) ([]string, error) {
+		out := make([]string, len(reqs))
+		for i, r := range reqs {
+			out[i] = fmt.Sprint("r", r)
+		}
+		return out, nil
+	}
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				req := w*1000 + i
+				r, err := b.Do(context.Background(), req, send)
+				if err != nil || r != fmt.Sprint("r", req) {
+					t.Errorf("%d: %q %v", req, r, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if b.inFlight != 0 || len(b.queue) != 0 {
+		t.Fatalf("left %d in flight, %d queued", b.inFlight, len(b.queue))
+	}
+}
