@@ -63,6 +63,13 @@
 // 7 and on miniredis. AddMany and ExistsMany send a whole batch in one
 // call per shard, all shards in one pipeline.
 //
+// Concurrent Add (and concurrent Exists) calls of one Filter coalesce per
+// shard: while two script calls for the shard are in flight, the calls
+// that arrive queue, and the next script call takes up to 64 of them,
+// deciding each as if it had come alone. A lone caller goes at once; a
+// crowd shares round trips and the script's fixed costs, which is where a
+// busy node spends most of its time.
+//
 // Every script first compares the caller's parameter string with the one
 // stored in the shard: two programs that open one filter with different
 // capacity, rate, shards, growth or hash version get ErrMismatch, never
