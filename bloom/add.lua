@@ -20,21 +20,12 @@
 
 local sent = tonumber(ARGV[2])
 local scalable = ARGV[3] == '1'
-local layers, count = meta(true, scalable)
+local layers, count = shard(true, scalable)
 if not layers then
-  return {1}
+  return count -- not a count: the reply that ends the script (see shard)
 end
-if layers > sent then
-  return {2, layers}
-end
-
 -- An item's positions are ARGV[at + base[j] .. at + base[j] + k[j] - 1].
-local k, base, stride = {}, {}, 0
-for j = 1, sent do
-  k[j] = tonumber(ARGV[3 + j])
-  base[j] = stride
-  stride = stride + k[j]
-end
+local k, base, stride = geometry(sent, 3)
 local n = tonumber(ARGV[4 + 2 * sent])
 local first = 5 + 2 * sent
 

@@ -101,6 +101,22 @@ func addAll(t *testing.T, f *Filter, all []string) {
 	})
 }
 
+// addNew adds items in one AddMany and returns how many were new.
+func addNew(t *testing.T, f *Filter, items []string) int {
+	t.Helper()
+	got, err := f.AddMany(context.Background(), items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, isNew := range got {
+		if isNew {
+			n++
+		}
+	}
+	return n
+}
+
 // mustContainAll fails on any false negative.
 func mustContainAll(t *testing.T, f *Filter, all []string) {
 	t.Helper()
@@ -231,18 +247,8 @@ func TestAddReportsNewAndExistsFindsEveryItem(t *testing.T) {
 		}
 
 		added := items("user", 500)
-		got, err := f.AddMany(ctx, added)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fresh := 0
-		for _, isNew := range got {
-			if isNew {
-				fresh++
-			}
-		}
 		// At most a few of 500 collide with everything before them.
-		if fresh < 495 {
+		if fresh := addNew(t, f, added); fresh < 495 {
 			t.Fatalf("%d of 500 distinct items were new", fresh)
 		}
 		again, err := f.AddMany(ctx, added)
@@ -274,17 +280,7 @@ func TestShardsSpreadOverSlotsAndAnswerLikeOneFilter(t *testing.T) {
 			t.Fatalf("4 shards in %d slots", len(slots))
 		}
 		all := items("id", 1500)
-		got, err := f.AddMany(ctx, all)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fresh := 0
-		for _, isNew := range got {
-			if isNew {
-				fresh++
-			}
-		}
-		if fresh < 1480 {
+		if fresh := addNew(t, f, all); fresh < 1480 {
 			t.Fatalf("%d of 1500 new", fresh)
 		}
 		mustContainAll(t, f, all)

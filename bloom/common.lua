@@ -27,3 +27,33 @@ local function meta(create, scalable)
   end
   return tonumber(m[2]), tonumber(m[3]) or 0
 end
+
+-- shard runs meta and checks ARGV[2], the number of layers the caller
+-- knows of (and sent keys, and perhaps positions, for). It returns the
+-- shard's layers and count, or nil and the reply that ends the script:
+-- {1} if the stored parameters differ, {2, layers} if the shard has more
+-- layers than the caller knows.
+local function shard(create, scalable)
+  local layers, count = meta(create, scalable)
+  if not layers then
+    return nil, {1}
+  end
+  if layers > tonumber(ARGV[2]) then
+    return nil, {2, layers}
+  end
+  return layers, count
+end
+
+-- geometry reads the k of each of the sent layers, ARGV[at + j], and
+-- returns them with where each layer's positions start within an item's
+-- (base) and how many positions an item has in all (stride): item i's
+-- positions in layer j are at base[j] .. base[j] + k[j] - 1 from its first.
+local function geometry(sent, at)
+  local k, base, stride = {}, {}, 0
+  for j = 1, sent do
+    k[j] = tonumber(ARGV[at + j])
+    base[j] = stride
+    stride = stride + k[j]
+  end
+  return k, base, stride
+end

@@ -9,13 +9,9 @@
 -- filter's data: nothing deleted); {2, layers} if the shard has more
 -- layers than L (nothing deleted).
 
-local sent = tonumber(ARGV[2])
-local layers = meta(false, false)
+local layers, count = shard(false, false)
 if not layers then
-  return {1}
-end
-if layers > sent then
-  return {2, layers}
+  return count -- not a count: the reply that ends the script (see shard)
 end
 redis.call('DEL', unpack(KEYS))
 return {0, layers}

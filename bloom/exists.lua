@@ -15,20 +15,11 @@
 --   {2, layers}    the shard has more layers than L
 
 local sent = tonumber(ARGV[2])
-local layers = meta(false, false)
+local layers, stop = shard(false, false)
 if not layers then
-  return {1}
+  return stop -- the reply that ends the script (see shard)
 end
-if layers > sent then
-  return {2, layers}
-end
-
-local k, base, stride = {}, {}, 0
-for j = 1, sent do
-  k[j] = tonumber(ARGV[2 + j])
-  base[j] = stride
-  stride = stride + k[j]
-end
+local k, base, stride = geometry(sent, 2)
 local n = tonumber(ARGV[3 + sent])
 local first = 4 + sent
 
