@@ -13,20 +13,11 @@ import (
 // waiting returns how many Reserve calls wait on the batcher of item's
 // single bucket.
 func waiting(c *Counter, item string) int {
-	v, ok := c.batchers.Load(c.layoutFor(item, 1).buckets[0].keys[0].(string))
+	v, ok := c.batchers.Load(batchKey{c.layoutFor(item, 1).buckets[0].keys[0].(string), 1})
 	if !ok {
 		return 0
 	}
-	b := v.(*batcher)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, p := range b.pending {
-		if p.state == queued {
-			n++
-		}
-	}
-	return n
+	return v.(*batcher).Queued()
 }
 
 // fillFlight starts maxInFlight Reserve calls and pauses their script

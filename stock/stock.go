@@ -44,7 +44,7 @@ type Counter struct {
 	soldOutTTL time.Duration
 
 	layouts  sync.Map // item -> *layout, for items with more than one bucket
-	batchers sync.Map // bucket hash key -> *batcher, while Reserve calls use it
+	batchers sync.Map // batchKey -> *batcher, while Reserve calls use it
 
 	mu      sync.Mutex
 	soldOut map[string]time.Time // item -> until when to answer ErrSoldOut from memory

@@ -230,3 +230,29 @@ func TestManyCallersGetTheirOwnResults(t *testing.T) {
 		t.Fatalf("left %d in flight, %d queued", b.inFlight, len(b.queue))
 	}
 }
+
+func TestOnIdleRunsWhenTheLastBatchLands(t *testing.T) {
+	idle := 0
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	b.OnIdle = func() { idle++ }
+	g := newGate()
+	out := make(chan result, 10)
+	start(b, g, context.Background(), 0, out)
+	<-g.entered
+	start(b, g, context.Background(), 1, out)
+	waitQueued(t, b, 1)
+	g.release <- struct{}{}
+	<-out
+	b.mu.Lock()
+	if idle != 0 {
+		t.Errorf("OnIdle ran with a call still queued to lead")
+	}
+	b.mu.Unlock()
+	g.release <- struct{}{}
+	<-out
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if idle != 1 {
+		t.Fatalf("OnIdle ran %d times, want once", idle)
+	}
+}
