@@ -64,6 +64,17 @@ func start(b *Batcher[int, string], g *gate, ctx context.Context, req int, out c
 	}()
 }
 
+// heldFirst returns a Batcher with one batch in flight, call 0, held in
+// its gate, so that the calls after it queue.
+func heldFirst(maxBatch int) (*Batcher[int, string], *gate, chan result) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: maxBatch}
+	g := newGate()
+	out := make(chan result, 10)
+	start(b, g, context.Background(), 0, out)
+	<-g.entered
+	return b, g, out
+}
+
 func TestALoneCallGoesAtOnce(t *testing.T) {
 	b := &Batcher[int, string]{MaxInFlight: 2, MaxBatch: 8}
 	g := newGate()
@@ -75,12 +86,8 @@ func TestALoneCallGoesAtOnce(t *testing.T) {
 }
 
 func TestCallsBehindAFullFlightGoTogether(t *testing.T) {
-	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 4}
-	g := newGate()
-	out := make(chan result, 10)
+	b, g, out := heldFirst(4)
 	ctx := context.Background()
-	start(b, g, ctx, 0, out)
-	<-g.entered // the first batch is in flight, held
 	for i := 1; i <= 6; i++ {
 		start(b, g, ctx, i, out)
 		waitQueued(t, b, i)
@@ -102,12 +109,8 @@ func TestCallsBehindAFullFlightGoTogether(t *testing.T) {
 }
 
 func TestACallThatGivesUpInTheQueueIsNeverSent(t *testing.T) {
-	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
-	g := newGate()
-	out := make(chan result, 10)
+	b, g, out := heldFirst(8)
 	ctx := context.Background()
-	start(b, g, ctx, 0, out)
-	<-g.entered
 	quit, cancel := context.WithCancel(ctx)
 	start(b, g, quit, 1, out)
 	waitQueued(t, b, 1)
@@ -130,12 +133,8 @@ func TestACallThatGivesUpInTheQueueIsNeverSent(t *testing.T) {
 }
 
 func TestACallThatGivesUpInFlightLearnsTheOutcomeIsUnknown(t *testing.T) {
-	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
-	g := newGate()
-	out := make(chan result, 10)
+	b, g, out := heldFirst(8)
 	ctx := context.Background()
-	start(b, g, ctx, 0, out)
-	<-g.entered
 	quit, cancel := context.WithCancel(ctx)
 	start(b, g, quit, 1, out)
 	waitQueued(t, b, 1)
@@ -160,12 +159,8 @@ func TestACallThatGivesUpInFlightLearnsTheOutcomeIsUnknown(t *testing.T) {
 }
 
 func TestFollowersOfALeaderThatGaveUpAreSentAgain(t *testing.T) {
-	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
-	g := newGate()
-	out := make(chan result, 10)
+	b, g, out := heldFirst(8)
 	ctx := context.Background()
-	start(b, g, ctx, 0, out)
-	<-g.entered
 	quit, cancel := context.WithCancel(ctx)
 	start(b, g, quit, 1, out) // will lead [1 2 3]
 	waitQueued(t, b, 1)
@@ -233,12 +228,10 @@ func TestManyCallersGetTheirOwnResults(t *testing.T) {
 
 func TestOnIdleRunsWhenTheLastBatchLands(t *testing.T) {
 	idle := 0
-	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	b, g, out := heldFirst(8)
+	b.mu.Lock()
 	b.OnIdle = func() { idle++ }
-	g := newGate()
-	out := make(chan result, 10)
-	start(b, g, context.Background(), 0, out)
-	<-g.entered
+	b.mu.Unlock()
 	start(b, g, context.Background(), 1, out)
 	waitQueued(t, b, 1)
 	g.release <- struct{}{}
