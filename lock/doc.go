@@ -1,6 +1,7 @@
 // Package lock is a distributed mutual-exclusion lock on Redis that cannot
 // free someone else's lock, always expires, tells its holder when it is lost,
-// and hands out fencing tokens.
+// and hands out fencing tokens; and a semaphore whose permits behave the
+// same way.
 //
 // # Using it
 //
@@ -87,9 +88,34 @@
 //	surge:lock:{N}:fence     string   integer, the last fence; expires an hour after it was created
 //	surge:lock:{N}:released  channel  a message on each release that a waiter asked for
 //
+// and for a semaphore named N:
+//
+//	surge:lock:{N}:permits           sorted set  token -> expiry (Redis ms); expires with its last permit
+//	surge:lock:{N}:permits:limit     string      the number of permits (configuration: no TTL)
+//	surge:lock:{N}:permits:wanted    string      set while a waiter wants a release message; PX
+//	surge:lock:{N}:permits:released  channel     a message on each such release, and on a raised limit
+//
 // The name is the hash tag, so all of a lock's keys live in one Redis
 // Cluster slot and every script runs on a cluster. A name must not be empty
 // or start with '}'.
+//
+// # Semaphores
+//
+// Client.Semaphore returns a semaphore: at most a limit of holders at
+// once, each with a permit that is a Lease (its own token and expiry;
+// Unlock, Extend, AutoRenew and Context work as for a lock; Fence is 0).
+// The permits are one sorted set, prefix{N}:permits, each member a token
+// scored by its expiry in Redis milliseconds. Taking a permit is one
+// script: drop the expired permits (a crashed holder's permit comes back
+// by itself), read the limit (prefix{N}:permits:limit, stored by the first
+// acquisition and changed by SetLimit), and add the token if fewer than
+// the limit are held. The set expires with its last permit. Waiters wait
+// as for a lock: one queue per Client, the head woken by a release message
+// on prefix{N}:permits:released (published only while a waiter has set
+// prefix{N}:permits:wanted), by a raised limit, or by a timer set to the
+// earliest permit's expiry. A semaphore guarantees at most its limit of
+// live permits as Redis sees them, with the same caveats as a lock:
+// failover, and holders that stall past their lease.
 //
 // # What it guarantees and what it does not
 //

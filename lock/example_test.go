@@ -137,3 +137,40 @@ func ExampleLease_Fence() {
 	// fast writes: <nil>
 	// slow writes late: rejected: stale fence
 }
+
+// A semaphore caps concurrent calls to a fragile service across every
+// process: here two permits, three callers.
+func ExampleSemaphore() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+
+	locker, err := lock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	reports, err := locker.Semaphore("report-service", 2)
+	if err != nil {
+		panic(err)
+	}
+	var permits []*lock.Lease
+	for caller := 1; caller <= 3; caller++ {
+		p, err := reports.TryAcquire(ctx, 30*time.Second, lock.AutoRenew())
+		if errors.Is(err, lock.ErrNotObtained) {
+			fmt.Printf("caller %d: busy, try later\n", caller)
+			continue
+		}
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("caller %d: calling the service\n", caller)
+		permits = append(permits, p)
+	}
+	for _, p := range permits {
+		_ = p.Unlock(ctx)
+	}
+	// Output:
+	// caller 1: calling the service
+	// caller 2: calling the service
+	// caller 3: busy, try later
+}

@@ -17,6 +17,7 @@ import (
 // unlock it.
 type Lease struct {
 	c      *Client
+	sem    *Semaphore // the semaphore this is a permit of; nil for a lock
 	name   string
 	key    string
 	token  string
@@ -55,14 +56,15 @@ func (l *Lease) start(fence int64, sent time.Time) {
 	}
 }
 
-// Name returns the name the lock was taken under.
+// Name returns the name the lock (or semaphore) was taken under.
 func (l *Lease) Name() string { return l.name }
 
 // Token returns the owner token: 128 random bits, in hex, unique to this
 // acquisition. Redis releases or extends the lock only for this token.
 func (l *Lease) Token() string { return l.token }
 
-// Fence returns the fencing token of this acquisition. It is strictly
+// Fence returns the fencing token of this acquisition (0 for a semaphore
+// permit). It is strictly
 // greater than the fence of every earlier acquisition of the same lock name
 // (with the same prefix), even one whose lease expired long ago.
 //
@@ -157,7 +159,13 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // TTL returns the lease time left as Redis counts it, or ErrNotHeld if this
 // lease no longer owns the lock.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
-	ms, err := pttlScript.Int(ctx, l.c.rdb, append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg))
+	args := append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg)
+	s := pttlScript
+	if l.sem != nil {
+		// Not read-only: it reads Redis TIME, which miniredis refuses there.
+		s, args = semTTLScript, append(semTTLScript.Args(1, 2), l.keyArg, l.tokenArg)
+	}
+	ms, err := s.Int(ctx, l.c.rdb, args)
 	if err != nil {
 		return 0, fmt.Errorf("lock: ttl %q: %w", l.name, err)
 	}
@@ -168,13 +176,20 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
-	res, err := extendScript.Int(ctx, l.c.rdb, append(extendScript.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds()))
+	s := extendScript
+	if l.sem != nil {
+		s = semExtendScript
+	}
+	res, err := s.Int(ctx, l.c.rdb, append(s.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds()))
 	return res == 1, err
 }
 
 // release runs the release script: 0 not held, 1 released, 2 released and
 // waiters told.
 func (l *Lease) release(ctx context.Context) (int64, error) {
+	if l.sem != nil {
+		return semReleaseScript.Int(ctx, l.c.rdb, append(semReleaseScript.Args(2, 3), l.keyArg, l.sem.wantedKeyArg, l.tokenArg))
+	}
 	return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
 }
 

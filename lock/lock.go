@@ -184,10 +184,16 @@ func (c *Client) attempt(ctx context.Context, l *Lease, flag bool) (bool, time.D
 		flagArg = "1"
 	}
 	start := time.Now()
-	args := append(acquireScript.Args(2, 5), l.keyArg, l.fenceKeyArg, l.tokenArg, l.ttlArg, flagArg)
-	res, err := acquireScript.Int(ctx, c.rdb, args)
-	if err == nil && res == 0 {
-		err = errors.New("lock: acquire script replied 0")
+	var res int64
+	var err error
+	if l.sem != nil {
+		res, err = l.sem.acquirePermit(ctx, l, flagArg)
+	} else {
+		args := append(acquireScript.Args(2, 5), l.keyArg, l.fenceKeyArg, l.tokenArg, l.ttlArg, flagArg)
+		res, err = acquireScript.Int(ctx, c.rdb, args)
+		if err == nil && res == 0 {
+			err = errors.New("lock: acquire script replied 0")
+		}
 	}
 	if err != nil {
 		c.abandon(ctx, l)
@@ -198,6 +204,9 @@ func (c *Client) attempt(ctx context.Context, l *Lease, flag bool) (bool, time.D
 	}
 	if res < 0 {
 		return false, time.Duration(-res-2) * time.Millisecond, nil
+	}
+	if l.sem != nil {
+		res = 0 // permits have no fence
 	}
 	l.start(res, start)
 	return true, 0, nil

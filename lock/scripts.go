@@ -23,3 +23,32 @@ var (
 	pttlLua    string
 	pttlScript = script.New(pttlLua)
 )
+
+// sem_common.lua is prepended to the semaphore scripts.
+//
+//go:embed sem_common.lua
+var semCommonLua string
+
+func semScript(src string) *script.Script { return script.New(semCommonLua + "\n" + src) }
+
+var (
+	//go:embed sem_acquire.lua
+	semAcquireLua    string
+	semAcquireScript = semScript(semAcquireLua)
+
+	//go:embed sem_release.lua
+	semReleaseLua    string
+	semReleaseScript = semScript(semReleaseLua)
+
+	//go:embed sem_extend.lua
+	semExtendLua    string
+	semExtendScript = semScript(semExtendLua)
+
+	//go:embed sem_ttl.lua
+	semTTLLua    string
+	semTTLScript = semScript(semTTLLua)
+
+	//go:embed sem_limit.lua
+	semLimitLua    string
+	semLimitScript = script.New(semLimitLua)
+)

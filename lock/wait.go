@@ -144,7 +144,9 @@ func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
 			return nil, err
 		}
 		if ok {
-			c.leave(q, w, promotion{bound: l.ttl})
+			// The next waiter waits for this lock's release; for a
+			// semaphore it tries at once, since more permits may be free.
+			c.leave(q, w, promotion{now: l.sem != nil, bound: l.ttl})
 			return l, nil
 		}
 		c.mu.Lock()
