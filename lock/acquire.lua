@@ -8,6 +8,10 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  "1" if the caller will wait for a release message when the lock
 --          is taken (then the holder is flagged with "+"), else "0"
+-- KEYS[3]  (reentrant acquisitions only) holds: a hash of the owner's
+--          hold ids, one per acquisition not yet released; it expires with
+--          the lock
+-- ARGV[4]  (reentrant acquisitions only) this acquisition's hold id
 --
 -- Reply: one integer, to keep the hot path free of tables. A positive reply
 -- is the fence: the lock is obtained. A reply r <= -1 means another owner
@@ -24,10 +28,28 @@ local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 local fence
 if not holder then
   fence = redis.call('INCR', KEYS[2])
+  if KEYS[3] then
+    -- Holds left by an earlier owner expired with its lock; start afresh.
+    redis.call('DEL', KEYS[3])
+    redis.call('HSET', KEYS[3], ARGV[4], 1)
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  end
 elseif holder == ARGV[1] or holder == ARGV[1] .. '+' then
-  -- A retry of an attempt that succeeded but whose reply was lost. Only an
-  -- acquisition moves the fence, so it still holds this owner's token.
+  -- A retry of an attempt that succeeded but whose reply was lost, or a
+  -- reentrant owner taking the lock again. Only a new holder moves the
+  -- fence, so it still holds this owner's token.
   fence = tonumber(redis.call('GET', KEYS[2])) or redis.call('INCR', KEYS[2])
+  if KEYS[3] then
+    -- One more hold (a resent call adds the same id again: no change).
+    -- The lock's lease becomes the longer of what is left and ARGV[2].
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      pttl = tonumber(ARGV[2])
+    end
+    redis.call('HSET', KEYS[3], ARGV[4], 1)
+    redis.call('PEXPIRE', KEYS[3], pttl)
+  end
 else
   -- PTTL before flagging: if the key is gone (a clock that moves during a
   -- script, as miniredis's can), there is nothing to flag and the caller

@@ -87,6 +87,7 @@
 //	surge:lock:{N}           string   owner token (+ "+" when a waiter asked for a message); PX = lease
 //	surge:lock:{N}:fence     string   integer, the last fence; expires an hour after it was created
 //	surge:lock:{N}:released  channel  a message on each release that a waiter asked for
+//	surge:lock:{N}:holds     hash     a reentrant owner's hold ids (see Reentrant); expires with the lock
 //
 // and for a semaphore named N:
 //
@@ -98,6 +99,17 @@
 // The name is the hash tag, so all of a lock's keys live in one Redis
 // Cluster slot and every script runs on a cluster. A name must not be empty
 // or start with '}'.
+//
+// # Reentrant locks
+//
+// With Reentrant(owner) an acquisition by the owner that already holds the
+// lock succeeds at once and adds a hold; each hold's Unlock releases
+// itself and the last one releases the lock. The owner is a token, not a
+// goroutine: whoever is given it may re-enter, in this process or
+// another. Each hold has an id of its own in the prefix{N}:holds hash, so
+// a resent acquisition adds nothing and a hold released twice is
+// refused, not counted against another. The holds share the lock's lease
+// and fence.
 //
 // # Semaphores
 //

@@ -174,3 +174,37 @@ func ExampleSemaphore() {
 	// caller 2: calling the service
 	// caller 3: busy, try later
 }
+
+// A reentrant lock: code that holds the lock calls code that takes it
+// again, as the same owner, without deadlocking on itself.
+func ExampleReentrant() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+
+	locker, err := lock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	outer, err := locker.Lock(ctx, "account:42", 10*time.Second, lock.Reentrant(""))
+	if err != nil {
+		panic(err)
+	}
+	// Deeper down, handed the owner token (a string: another goroutine or
+	// process may take it too).
+	inner, err := locker.TryLock(ctx, "account:42", 10*time.Second, lock.Reentrant(outer.Token()))
+	fmt.Println("re-entered:", err == nil, "same fence:", inner.Fence() == outer.Fence())
+	_ = inner.Unlock(ctx)
+
+	_, err = locker.TryLock(ctx, "account:42", 10*time.Second)
+	fmt.Println("others while one hold is left:", err)
+	_ = outer.Unlock(ctx)
+
+	other, err := locker.TryLock(ctx, "account:42", 10*time.Second)
+	fmt.Println("others after the last hold:", err)
+	_ = other.Unlock(ctx)
+	// Output:
+	// re-entered: true same fence: true
+	// others while one hold is left: lock: not obtained
+	// others after the last hold: <nil>
+}

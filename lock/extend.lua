@@ -3,11 +3,20 @@
 -- KEYS[1]  lock key
 -- ARGV[1]  owner token
 -- ARGV[2]  new lease in milliseconds, counted from now
+-- KEYS[2]  (reentrant holds only) the owner's holds (see acquire.lua):
+--          they expire with the lock, and since they share its lease one
+--          hold's extension never shortens it
 --
 -- Reply: 1 extended; 0 not held by this owner.
 local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] or v == ARGV[1] .. '+' then
+if v ~= ARGV[1] and v ~= ARGV[1] .. '+' then
+  return 0
+end
+if not KEYS[2] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-return 0
+local ttl = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+return 1

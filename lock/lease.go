@@ -27,6 +27,9 @@ type Lease struct {
 
 	// Script arguments, boxed once for all the lease's calls.
 	keyArg, fenceKeyArg, tokenArg, ttlArg any
+	// For a reentrant hold: the owner's holds key and this hold's id;
+	// nil otherwise.
+	holdsKeyArg, holdArg any
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -60,7 +63,8 @@ func (l *Lease) start(fence int64, sent time.Time) {
 func (l *Lease) Name() string { return l.name }
 
 // Token returns the owner token: 128 random bits, in hex, unique to this
-// acquisition. Redis releases or extends the lock only for this token.
+// acquisition (or, with Reentrant, the owner's token, shared by its
+// holds). Redis releases or extends the lock only for this token.
 func (l *Lease) Token() string { return l.token }
 
 // Fence returns the fencing token of this acquisition (0 for a semaphore
@@ -122,6 +126,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	switch res {
 	case 0:
 		return fmt.Errorf("%w: %q", ErrNotHeld, l.name)
+	case 3:
+		// The owner's other holds keep the lock: nobody to wake.
 	case 2:
 		l.c.wakeLocal(l.key, true)
 	default:
@@ -176,6 +182,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
+	if l.holdsKeyArg != nil {
+		res, err := extendScript.Int(ctx, l.c.rdb, append(extendScript.Args(2, 4), l.keyArg, l.holdsKeyArg, l.tokenArg, ttl.Milliseconds()))
+		return res == 1, err
+	}
 	s := extendScript
 	if l.sem != nil {
 		s = semExtendScript
@@ -189,6 +199,9 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 func (l *Lease) release(ctx context.Context) (int64, error) {
 	if l.sem != nil {
 		return semReleaseScript.Int(ctx, l.c.rdb, append(semReleaseScript.Args(2, 3), l.keyArg, l.sem.wantedKeyArg, l.tokenArg))
+	}
+	if l.holdsKeyArg != nil {
+		return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(2, 4), l.keyArg, l.holdsKeyArg, l.tokenArg, l.holdArg))
 	}
 	return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,7 @@ const MinTTL = time.Millisecond
 const (
 	fenceSuffix   = ":fence"
 	releasedSufix = ":released"
+	holdsSuffix   = ":holds"
 )
 
 // Client takes and releases locks on one Redis deployment. It is safe for
@@ -98,18 +100,34 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 			o(&lc)
 		}
 	}
+	if lc.reentrant && strings.Contains(lc.owner, "+") {
+		return nil, fmt.Errorf("%w: owner %q contains '+'", ErrInvalid, lc.owner)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, notObtained(err)
 	}
-	token, err := newToken()
-	if err != nil {
-		return nil, err
+	token := lc.owner
+	if token == "" {
+		var err error
+		if token, err = newToken(); err != nil {
+			return nil, err
+		}
 	}
 	// One string holds both keys: the lock key is a prefix of the fence key.
 	fenceKey := hashtag.Key(c.prefix, name, fenceSuffix)
 	key := fenceKey[:len(fenceKey)-len(fenceSuffix)]
 	ttl = ttl.Truncate(time.Millisecond)
+	var holdsKey, hold any
+	if lc.reentrant {
+		id, err := newToken()
+		if err != nil {
+			return nil, err
+		}
+		holdsKey, hold = key+holdsSuffix, id
+	}
 	return &Lease{
+		holdsKeyArg: holdsKey,
+		holdArg:     hold,
 		c:           c,
 		name:        name,
 		key:         key,
@@ -189,7 +207,12 @@ func (c *Client) attempt(ctx context.Context, l *Lease, flag bool) (bool, time.D
 	if l.sem != nil {
 		res, err = l.sem.acquirePermit(ctx, l, flagArg)
 	} else {
-		args := append(acquireScript.Args(2, 5), l.keyArg, l.fenceKeyArg, l.tokenArg, l.ttlArg, flagArg)
+		var args []any
+		if l.holdsKeyArg != nil {
+			args = append(acquireScript.Args(3, 7), l.keyArg, l.fenceKeyArg, l.holdsKeyArg, l.tokenArg, l.ttlArg, flagArg, l.holdArg)
+		} else {
+			args = append(acquireScript.Args(2, 5), l.keyArg, l.fenceKeyArg, l.tokenArg, l.ttlArg, flagArg)
+		}
 		res, err = acquireScript.Int(ctx, c.rdb, args)
 		if err == nil && res == 0 {
 			err = errors.New("lock: acquire script replied 0")

@@ -37,7 +37,9 @@ func WithPrefix(prefix string) Option {
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
-	renew bool
+	renew     bool
+	reentrant bool
+	owner     string // "" with reentrant: a new random owner
 }
 
 // AutoRenew keeps the lease alive while the lock is held: a watchdog
@@ -50,4 +52,20 @@ type lockConfig struct {
 // (defer it), or it is held for as long as the process lives.
 func AutoRenew() LockOption {
 	return func(c *lockConfig) { c.renew = true }
+}
+
+// Reentrant makes the acquisition reentrant for owner: if owner already
+// holds the lock, the acquisition succeeds at once and adds a hold, and
+// the lock is released when every hold has been (each Lease's Unlock
+// releases its own). An empty owner starts a new owner with a random
+// token; pass that Lease's Token to take the lock again as the same owner.
+//
+// The owner is the token, not a goroutine: hand it to another goroutine,
+// or another process, and the lock is theirs to re-enter too. The holds
+// share one lease, the longest any of them asked for or extended to
+// (renewing one renews the lock for all), and one fence, the first
+// hold's. An owner must not contain '+'. Default: not reentrant; a second
+// acquisition by anyone waits for the first to be released.
+func Reentrant(owner string) LockOption {
+	return func(c *lockConfig) { c.reentrant, c.owner = true, owner }
 }

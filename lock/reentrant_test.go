@@ -1,0 +1,148 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+func TestAReentrantOwnerTakesTheLockAgainAndReleasesItHoldByHold(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		name := redistest.Key(t)
+		outer, err := c.TryLock(ctx, name, time.Minute, Reentrant(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := c.TryLock(ctx, name, time.Second, Reentrant(outer.Token()))
+		if err != nil {
+			t.Fatalf("re-entry: %v", err)
+		}
+		if inner.Token() != outer.Token() || inner.Fence() != outer.Fence() {
+			t.Fatalf("re-entry: token %q fence %d, want the outer hold's %q %d", inner.Token(), inner.Fence(), outer.Token(), outer.Fence())
+		}
+		// The shorter re-entry does not shorten the lock.
+		if left, err := outer.TTL(ctx); err != nil || left < 50*time.Second {
+			t.Fatalf("TTL after a one-second re-entry: %v %v", left, err)
+		}
+		other := newClient(t, rdb)
+		if _, err := other.TryLock(ctx, name, time.Minute); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("another owner while held twice: %v", err)
+		}
+		if _, err := other.TryLock(ctx, name, time.Minute, Reentrant("someone-else")); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("another reentrant owner: %v", err)
+		}
+
+		// Released in any order: the first Unlock keeps the lock.
+		if err := outer.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := outer.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("the same hold released twice: %v, want ErrNotHeld", err)
+		}
+		if _, err := other.TryLock(ctx, name, time.Minute); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("another owner with one hold left: %v", err)
+		}
+		if err := inner.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{inner.key, inner.key + holdsSuffix} {
+			if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Fatalf("%s after the last hold: exists %d %v", key, n, err)
+			}
+		}
+		l, err := other.TryLock(ctx, name, time.Minute)
+		if err != nil {
+			t.Fatalf("another owner after the last hold: %v", err)
+		}
+		if l.Fence() <= outer.Fence() {
+			t.Fatalf("fence %d after %d", l.Fence(), outer.Fence())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestTheOwnerTokenCarriesTheLockToAnotherProcess(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		name := redistest.Key(t)
+		first := newClient(t, b.Client(t))
+		held, err := first.Lock(ctx, name, time.Minute, Reentrant(""), AutoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another process, given the token, re-enters; a waiter of a third
+		// gets the lock only when both holds are released.
+		second := newClient(t, b.Client(t))
+		again, err := second.Lock(ctx, name, time.Minute, Reentrant(held.Token()))
+		if err != nil {
+			t.Fatalf("re-entry from another client: %v", err)
+		}
+		got := make(chan error, 1)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		go func() {
+			l, err := newClient(t, b.Client(t)).Lock(wctx, name, time.Minute)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		if err := again.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("the waiter got through with a hold left: %v", err)
+		default:
+		}
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("the waiter after the last hold: %v", err)
+		}
+	})
+}
+
+func TestAReentrantOwnerWhoseLockExpiredStartsAfresh(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		name := redistest.Key(t)
+		old, err := c.TryLock(ctx, name, time.Minute, Reentrant(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TryLock(ctx, name, time.Minute, Reentrant(old.Token())); err != nil {
+			t.Fatal(err)
+		}
+		expire(t, rdb, old.key)
+		expire(t, rdb, old.key+holdsSuffix)
+		fresh, err := c.TryLock(ctx, name, time.Minute, Reentrant(old.Token()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fresh.Fence() <= old.Fence() {
+			t.Fatalf("fence %d after the lock expired, want above %d", fresh.Fence(), old.Fence())
+		}
+		// One hold now, not three: one Unlock frees the lock.
+		if err := fresh.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rdb.Exists(ctx, old.key).Result(); err != nil || n != 0 {
+			t.Fatalf("lock after its only hold was released: %d %v", n, err)
+		}
+		if _, err := c.TryLock(ctx, name, time.Minute, Reentrant("a+b")); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("an owner with '+': %v", err)
+		}
+	})
+}
