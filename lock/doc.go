@@ -129,6 +129,42 @@
 // live permits as Redis sees them, with the same caveats as a lock:
 // failover, and holders that stall past their lease.
 //
+// # Redlock
+//
+// NewRedlock spreads a lock over several independent Redis servers (the
+// Redlock algorithm): an attempt sends SET key token NX PX ttl to all of
+// them at once and holds the lock if a majority (len/2+1) granted it and
+// some lease is left: validity = ttl - the attempt's duration - a
+// clock-drift allowance (1% of ttl + 2 ms). A failed attempt releases what
+// it took. Unlock releases on every server; Extend and AutoRenew need a
+// majority; Lock retries with a jittered backoff, since a release would
+// have to be heard from a majority of independent servers. A minority of
+// servers may be down, or restart empty, without breaking mutual
+// exclusion; more than that, restarting empty within a lease, can.
+//
+// Whether Redlock is safe has been argued in public. Martin Kleppmann's
+// objection is that it relies on timing: a client that pauses (a GC, a
+// page fault, a slow network) after it acquired the lock may go on acting
+// after its lease ran out and another client took the lock, and no
+// lease-based lock can prevent that on its own; worse, it gives no
+// monotonic token with which storage could reject the stale client's
+// writes, and a server whose clock jumps can expire a lock early. For
+// correctness he recommends a consensus system that hands out fencing
+// tokens.
+//
+// Salvatore Sanfilippo's reply is that the algorithm assumes clocks that
+// advance at about the same rate, not synchronised ones, which is
+// realistic if operators avoid clock jumps; that the holder can check the
+// remaining validity before it acts; and that a pause after the check is a
+// problem for every distributed lock, fencing included, unless the
+// protected resource itself is transactional. Our reading: Redlock is a
+// fine way to make a lock survive the loss of a Redis server, for
+// efficiency (avoiding duplicate work); where a second holder would
+// corrupt data, protect the data itself. Use a single-instance Client's
+// fencing tokens (Lease.Fence), checked by the storage, or a conditional
+// write; a Redlock Lease has no fence (Fence is 0), as independent servers
+// share no counter.
+//
 // # What it guarantees and what it does not
 //
 // On a single Redis server, at most one lease holds a lock at any moment as

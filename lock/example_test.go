@@ -208,3 +208,34 @@ func ExampleReentrant() {
 	// others while one hold is left: lock: not obtained
 	// others after the last hold: <nil>
 }
+
+// Redlock over three independent servers (here three in-process ones):
+// the lock is held while a majority of them hold it.
+func ExampleNewRedlock() {
+	var nodes []lock.RedisClient
+	for range 3 {
+		mr, err := miniredis.Run()
+		if err != nil {
+			panic(err)
+		}
+		defer mr.Close()
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		defer rdb.Close()
+		nodes = append(nodes, rdb)
+	}
+	redlock, err := lock.NewRedlock(nodes)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	lease, err := redlock.TryLock(ctx, "nightly-report", 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	_, err = redlock.TryLock(ctx, "nightly-report", 30*time.Second)
+	fmt.Println("a second attempt:", err)
+	fmt.Println("unlock:", lease.Unlock(ctx))
+	// Output:
+	// a second attempt: lock: not obtained
+	// unlock: <nil>
+}

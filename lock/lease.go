@@ -17,7 +17,9 @@ import (
 // unlock it.
 type Lease struct {
 	c      *Client
-	sem    *Semaphore // the semaphore this is a permit of; nil for a lock
+	sem    *Semaphore    // the semaphore this is a permit of; nil for a lock
+	red    *Redlock      // the Redlock this is a lease of (c is then nil)
+	drift  time.Duration // Redlock's clock-drift allowance, taken off the deadline
 	name   string
 	key    string
 	token  string
@@ -50,7 +52,7 @@ type renewal struct {
 // local deadline errs on the early side) and starts renewal if asked for.
 func (l *Lease) start(fence int64, sent time.Time) {
 	l.fence = fence
-	l.deadline = sent.Add(l.ttl)
+	l.deadline = sent.Add(l.ttl - l.drift)
 	if l.renew {
 		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
 		wctx, stop := context.WithCancel(context.Background())
@@ -123,12 +125,14 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
 	}
-	switch res {
-	case 0:
+	switch {
+	case res == 0:
 		return fmt.Errorf("%w: %q", ErrNotHeld, l.name)
-	case 3:
+	case l.c == nil:
+		// A Redlock lease: no local waiters to wake.
+	case res == 3:
 		// The owner's other holds keep the lock: nobody to wake.
-	case 2:
+	case res == 2:
 		l.c.wakeLocal(l.key, true)
 	default:
 		l.c.wakeLocal(l.key, false)
@@ -154,7 +158,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.mu.Lock()
 	l.ttl = ttl
-	l.deadline = start.Add(ttl)
+	if l.red != nil {
+		l.drift = drift(ttl)
+	}
+	l.deadline = start.Add(ttl - l.drift)
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(l.deadline))
 	}
@@ -165,6 +172,16 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // TTL returns the lease time left as Redis counts it, or ErrNotHeld if this
 // lease no longer owns the lock.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if l.red != nil {
+		left, held, err := l.red.pttl(ctx, l)
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("lock: ttl %q: %w", l.name, err)
+		case !held:
+			return 0, fmt.Errorf("%w: %q", ErrNotHeld, l.name)
+		}
+		return left, nil
+	}
 	args := append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg)
 	s := pttlScript
 	if l.sem != nil {
@@ -182,6 +199,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
+	if l.red != nil {
+		return l.red.extend(ctx, l, ttl)
+	}
 	if l.holdsKeyArg != nil {
 		res, err := extendScript.Int(ctx, l.c.rdb, append(extendScript.Args(2, 4), l.keyArg, l.holdsKeyArg, l.tokenArg, ttl.Milliseconds()))
 		return res == 1, err
@@ -197,6 +217,9 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 // release runs the release script: 0 not held, 1 released, 2 released and
 // waiters told.
 func (l *Lease) release(ctx context.Context) (int64, error) {
+	if l.red != nil {
+		return l.red.release(ctx, l)
+	}
 	if l.sem != nil {
 		return semReleaseScript.Int(ctx, l.c.rdb, append(semReleaseScript.Args(2, 3), l.keyArg, l.sem.wantedKeyArg, l.tokenArg))
 	}
@@ -262,7 +285,7 @@ func (l *Lease) keepAlive(ctx context.Context, done chan<- struct{}) {
 		switch {
 		case err == nil && ok:
 			l.mu.Lock()
-			l.deadline = start.Add(ttl)
+			l.deadline = start.Add(ttl - l.drift)
 			l.mu.Unlock()
 			wait = ttl / 3
 		case err == nil:

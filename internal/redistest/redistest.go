@@ -201,3 +201,23 @@ func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Servers spawns n standalone redis-servers for one test, each its own
+// independent node (for Redlock), and stops them when the test ends. It
+// skips, or fails when SURGE_REDIS=require, like the real backends of Run.
+func Servers(t *testing.T, n int) []*Server {
+	t.Helper()
+	servers := make([]*Server, 0, n)
+	for range n {
+		s, err := StartServer()
+		if err != nil {
+			if required() {
+				t.Fatalf("redistest: %d redis-servers required (%s=require) but unavailable: %v", n, RequireEnv, err)
+			}
+			t.Skipf("redistest: %d redis-servers unavailable (%v)", n, err)
+		}
+		t.Cleanup(s.Stop)
+		servers = append(servers, s)
+	}
+	return servers
+}

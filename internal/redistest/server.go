@@ -43,7 +43,8 @@ func StartServer() (*Server, error) {
 	return startWithRetry(nil)
 }
 
-// Stop kills the server and removes its working directory.
+// Stop kills the server and removes its working directory. Stopping a
+// stopped server does nothing.
 func (s *Server) Stop() {
 	if s == nil || s.cmd == nil {
 		return
@@ -51,6 +52,7 @@ func (s *Server) Stop() {
 	_ = s.cmd.Process.Kill()
 	<-s.exit
 	_ = os.RemoveAll(s.dir)
+	s.cmd = nil
 }
 
 func startWithRetry(extra []string) (*Server, error) {
@@ -270,4 +272,17 @@ func (c *Cluster) join() error {
 		case <-time.After(20 * time.Millisecond): // polling a readiness condition, bounded by ctx
 		}
 	}
+}
+
+// Restart kills the server and starts a fresh, empty one on the same
+// port, as a node that crashed and came back without persistence.
+func (s *Server) Restart() error {
+	port := s.port
+	s.Stop()
+	n, err := spawn(port, nil)
+	if err != nil {
+		return err
+	}
+	*s = *n
+	return nil
 }

@@ -1,0 +1,273 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/hashtag"
+	"github.com/surgekit/surge/internal/script"
+)
+
+// Redlock is a lock over several independent Redis servers (not replicas
+// of one another, not one cluster): the Redlock algorithm. A lock is held
+// when a majority of the servers granted it within its lease, so it
+// survives the loss of a minority of them. See the package documentation
+// for what that does and does not protect against.
+//
+// Its Leases work as a Client's: Unlock releases the lock on every server,
+// Extend and AutoRenew extend it on a majority, Context ends when it is
+// lost. They have no fence (Fence is 0): independent servers share no
+// counter. A Redlock is safe for concurrent use.
+type Redlock struct {
+	nodes  []RedisClient
+	prefix string
+	quorum int
+}
+
+// NewRedlock returns a Redlock over nodes, one client per independent
+// server; an odd number (3 or 5) is usual. The quorum is len(nodes)/2+1.
+func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%w: no nodes", ErrInvalid)
+	}
+	for i, n := range nodes {
+		if script.IsNil(n) {
+			return nil, fmt.Errorf("%w: node %d is a nil client", ErrInvalid, i)
+		}
+	}
+	cfg := config{prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Redlock{nodes: slices.Clone(nodes), prefix: cfg.prefix, quorum: len(nodes)/2 + 1}, nil
+}
+
+// drift is the clock-drift allowance subtracted from a lease's validity:
+// 1% of the lease plus 2 ms, as the algorithm's description suggests.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// TryLock makes one attempt to take the lock called name for ttl on a
+// majority of the servers. It returns ErrNotObtained if it could not
+// (held elsewhere, servers down, or the attempt took so long that no
+// lease was left); the servers it did lock are released at once.
+//
+// The Lease is valid for ttl minus the time the attempt took minus the
+// drift allowance; its Context ends then, unless it is extended.
+// Reentrant is not supported.
+func (r *Redlock) TryLock(ctx context.Context, name string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
+	l, err := r.newLease(ctx, name, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	return l, r.attempt(ctx, l)
+}
+
+// Lock takes the lock, retrying after a jittered, growing delay (5 ms to
+// 250 ms) until it succeeds or ctx ends; then the error matches both
+// ErrNotObtained and ctx.Err(). Waiters poll: a release would have to be
+// announced by a majority of servers, and each is independent.
+func (r *Redlock) Lock(ctx context.Context, name string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
+	l, err := r.newLease(ctx, name, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	var backoff time.Duration
+	for {
+		err := r.attempt(ctx, l)
+		if !errors.Is(err, ErrNotObtained) {
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, notObtained(ctx.Err())
+		}
+		backoff = nextBackoff(backoff)
+		t := time.NewTimer(jitter(backoff))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, notObtained(ctx.Err())
+		}
+	}
+}
+
+func (r *Redlock) newLease(ctx context.Context, name string, ttl time.Duration, opts []LockOption) (*Lease, error) {
+	if err := hashtag.CheckName(name); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if ttl < MinTTL {
+		return nil, fmt.Errorf("%w: ttl %v is below the minimum of %v", ErrInvalid, ttl, MinTTL)
+	}
+	var lc lockConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&lc)
+		}
+	}
+	if lc.reentrant {
+		return nil, fmt.Errorf("%w: a Redlock lock is not reentrant", ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, notObtained(err)
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	ttl = ttl.Truncate(time.Millisecond)
+	key := hashtag.Key(r.prefix, name, "")
+	return &Lease{
+		red:      r,
+		name:     name,
+		key:      key,
+		keyArg:   key,
+		token:    token,
+		tokenArg: token,
+		ttl:      ttl,
+		ttlArg:   ttl.Milliseconds(),
+		drift:    drift(ttl),
+		renew:    lc.renew,
+		parent:   ctx,
+	}, nil
+}
+
+// each runs call on every node at once and returns how many returned
+// true, how many failed, and the first failure.
+func (r *Redlock) each(ctx context.Context, call func(ctx context.Context, node RedisClient) (bool, error)) (ok, failed int, firstErr error) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, n := range r.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			yes, err := call(ctx, n)
+			mu.Lock()
+			defer mu.Unlock()
+			if yes {
+				ok++
+			}
+			if err != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ok, failed, firstErr
+}
+
+// attempt sets l's key with SET NX PX on every node, and keeps the lock if
+// a majority granted it with lease to spare. Otherwise it releases what it
+// took and returns ErrNotObtained.
+func (r *Redlock) attempt(ctx context.Context, l *Lease) error {
+	start := time.Now()
+	// No point waiting for a node longer than the lease.
+	actx, cancel := context.WithTimeout(ctx, l.ttl)
+	granted, _, err := r.each(actx, func(ctx context.Context, n RedisClient) (bool, error) {
+		cmd := redis.NewStatusCmd(ctx, "set", l.keyArg, l.tokenArg, "nx", "px", l.ttlArg)
+		err := n.Process(ctx, cmd)
+		if errors.Is(err, redis.Nil) {
+			return false, nil // held by someone else
+		}
+		return err == nil, err
+	})
+	cancel()
+	validity := l.ttl - time.Since(start) - l.drift
+	if granted >= r.quorum && validity > 0 {
+		l.start(0, start)
+		return nil
+	}
+	r.abandon(ctx, l)
+	if ctx.Err() != nil {
+		return notObtained(ctx.Err())
+	}
+	if err != nil && granted < r.quorum {
+		return errors.Join(ErrNotObtained, fmt.Errorf("lock: redlock %q: %d of %d servers granted it: %w", l.name, granted, len(r.nodes), err))
+	}
+	return ErrNotObtained
+}
+
+// abandon releases l on every node, best effort and bounded in time.
+func (r *Redlock) abandon(ctx context.Context, l *Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.ttl, time.Second))
+	defer cancel()
+	_, _ = r.release(ctx, l)
+}
+
+// release runs release.lua on every node: 1 if any node released the
+// lock, 0 if none held it; an error only if no node answered.
+func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
+	released, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
+		res, err := releaseScript.Int(ctx, n, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
+		return res > 0, err
+	})
+	switch {
+	case released > 0:
+		return 1, nil
+	case failed == len(r.nodes):
+		return 0, err
+	}
+	return 0, nil
+}
+
+// extend runs extend.lua on every node. It reports whether a majority
+// extended the lock; when too few did but the nodes that failed to answer
+// could still make up a majority, it returns their error instead, so that
+// renewal retries rather than declaring the lock lost.
+func (r *Redlock) extend(ctx context.Context, l *Lease, ttl time.Duration) (bool, error) {
+	extended, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
+		res, err := extendScript.Int(ctx, n, append(extendScript.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds()))
+		return res == 1, err
+	})
+	switch {
+	case extended >= r.quorum:
+		return true, nil
+	case extended+failed >= r.quorum:
+		return false, err
+	}
+	return false, nil
+}
+
+// pttl returns the lease left as a majority sees it: the quorum-th
+// largest PTTL among the nodes that hold l, less the drift allowance;
+// false if fewer than a majority hold it.
+func (r *Redlock) pttl(ctx context.Context, l *Lease) (time.Duration, bool, error) {
+	var mu sync.Mutex
+	var left []int64
+	_, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
+		ms, err := pttlScript.Int(ctx, n, append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg))
+		if err == nil && ms >= 0 {
+			mu.Lock()
+			left = append(left, ms)
+			mu.Unlock()
+		}
+		return err == nil, err
+	})
+	if len(left) < r.quorum {
+		if len(left)+failed >= r.quorum {
+			return 0, false, err
+		}
+		return 0, false, nil
+	}
+	slices.Sort(left)
+	slices.Reverse(left)
+	return max(time.Duration(left[r.quorum-1])*time.Millisecond-l.drift, 0), true, nil
+}

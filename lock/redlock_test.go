@@ -1,0 +1,229 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+// fiveNodes spawns five independent redis-servers and returns a client
+// for each, with reconnection kept short so a stopped node fails fast.
+func fiveNodes(t *testing.T) ([]*redistest.Server, []*redis.Client) {
+	t.Helper()
+	servers := redistest.Servers(t, 5)
+	clients := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+		t.Cleanup(func() { _ = clients[i].Close() })
+	}
+	return servers, clients
+}
+
+func newRedlock(t *testing.T, clients []*redis.Client) *Redlock {
+	t.Helper()
+	nodes := make([]RedisClient, len(clients))
+	for i, c := range clients {
+		nodes[i] = c
+	}
+	r, err := NewRedlock(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// holders counts the nodes whose key for name holds a value.
+func holders(t *testing.T, clients []*redis.Client, key string) int {
+	t.Helper()
+	n := 0
+	for _, c := range clients {
+		if v, err := c.Exists(context.Background(), key).Result(); err == nil && v == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRedlockIsExclusiveOnAMajority(t *testing.T) {
+	ctx := context.Background()
+	_, clients := fiveNodes(t)
+	a, b := newRedlock(t, clients), newRedlock(t, clients)
+	l, err := a.TryLock(ctx, "order:1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := holders(t, clients, l.key); n != 5 {
+		t.Fatalf("held on %d of 5 nodes", n)
+	}
+	if l.Fence() != 0 {
+		t.Fatalf("fence %d, want 0", l.Fence())
+	}
+	if left, err := l.TTL(ctx); err != nil || left <= 50*time.Second || left > time.Minute {
+		t.Fatalf("TTL: %v %v", left, err)
+	}
+	if _, err := b.TryLock(ctx, "order:1", time.Minute); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("a second holder: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := holders(t, clients, l.key); n != 0 {
+		t.Fatalf("held on %d nodes after Unlock", n)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock twice: %v", err)
+	}
+	l2, err := b.TryLock(ctx, "order:1", time.Minute)
+	if err != nil {
+		t.Fatalf("after Unlock: %v", err)
+	}
+	_ = l2.Unlock(ctx)
+}
+
+func TestRedlockSurvivesAMinorityOfNodesDown(t *testing.T) {
+	ctx := context.Background()
+	servers, clients := fiveNodes(t)
+	r := newRedlock(t, clients)
+	l, err := r.TryLock(ctx, "job", time.Minute, AutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One node stops while the lock is held: extending still reaches a
+	// majority, and nobody else can take it.
+	servers[0].Stop()
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatalf("Extend with a node down: %v", err)
+	}
+	other := newRedlock(t, clients)
+	if _, err := other.TryLock(ctx, "job", time.Minute); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("with one node down: %v", err)
+	}
+	// Another node restarts empty: one free node of four live is no majority.
+	if err := servers[1].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.TryLock(ctx, "job", time.Minute); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("after a restart that lost the key: %v", err)
+	}
+	// What a failed attempt took on the restarted node it gave back.
+	if n := holders(t, clients[1:2], l.key); n != 0 {
+		t.Fatalf("the failed attempt left its key on the restarted node")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Four live nodes: a majority of five can still be had.
+	l2, err := other.TryLock(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatalf("with four of five nodes up: %v", err)
+	}
+	_ = l2.Unlock(ctx)
+
+	// Three down: no majority, and nothing is left held.
+	servers[1].Stop()
+	servers[2].Stop()
+	_, err = other.TryLock(ctx, "job", time.Minute)
+	if !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("with three of five nodes down: %v", err)
+	}
+	if n := holders(t, clients[3:], l.key); n != 0 {
+		t.Fatalf("a failed attempt left the lock on %d live nodes", n)
+	}
+}
+
+func TestRedlockNeverHasTwoHolders(t *testing.T) {
+	_, clients := fiveNodes(t)
+	var inside, most, taken atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := newRedlock(t, clients)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for range 10 {
+				l, err := r.Lock(ctx, "contended", 5*time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n := inside.Add(1); n > most.Load() {
+					most.Store(n)
+				}
+				time.Sleep(time.Millisecond) // the work under the lock, so that holders would overlap
+				inside.Add(-1)
+				if err := l.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+				taken.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if most.Load() != 1 || taken.Load() != 160 {
+		t.Fatalf("%d holders at once, %d acquisitions; want 1 and 160", most.Load(), taken.Load())
+	}
+}
+
+func TestRedlockLeaseIsLostWhenAMajorityLosesIt(t *testing.T) {
+	ctx := context.Background()
+	_, clients := fiveNodes(t)
+	r := newRedlock(t, clients)
+	l, err := r.TryLock(ctx, "renewed", 300*time.Millisecond, AutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range clients[:3] {
+		if err := c.Del(ctx, l.key).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-l.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease's context did not end")
+	}
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLost) {
+		t.Fatalf("cause %v, want ErrLost", cause)
+	}
+	_ = l.Unlock(ctx)
+}
+
+func TestRedlockBadArguments(t *testing.T) {
+	if _, err := NewRedlock(nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("no nodes: %v", err)
+	}
+	if _, err := NewRedlock([]RedisClient{(*redis.Client)(nil)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a nil node: %v", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	r, err := NewRedlock([]RedisClient{rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := r.TryLock(ctx, "", time.Second); !errors.Is(err, ErrInvalid) {
+		t.Errorf("empty name: %v", err)
+	}
+	if _, err := r.TryLock(ctx, "x", 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ttl 0: %v", err)
+	}
+	if _, err := r.TryLock(ctx, "x", time.Second, Reentrant("")); !errors.Is(err, ErrInvalid) {
+		t.Errorf("reentrant: %v", err)
+	}
+}
