@@ -27,7 +27,7 @@
 local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 local fence
 if not holder then
-  fence = redis.call('INCR', KEYS[2])
+  fence = new_fence(KEYS[2])
   if KEYS[3] then
     -- Holds left by an earlier owner expired with its lock; start afresh.
     redis.call('DEL', KEYS[3])
@@ -38,7 +38,7 @@ elseif holder == ARGV[1] or holder == ARGV[1] .. '+' then
   -- A retry of an attempt that succeeded but whose reply was lost, or a
   -- reentrant owner taking the lock again. Only a new holder moves the
   -- fence, so it still holds this owner's token.
-  fence = tonumber(redis.call('GET', KEYS[2])) or redis.call('INCR', KEYS[2])
+  fence = current_fence(KEYS[2])
   if KEYS[3] then
     -- One more hold (a resent call adds the same id again: no change).
     -- The lock's lease becomes the longer of what is left and ARGV[2].
@@ -62,15 +62,5 @@ else
     redis.call('SET', KEYS[1], holder .. '+', 'XX', 'KEEPTTL')
   end
   return -pttl - 2
-end
-if fence == 1 then
-  -- A new counter (the old one expired) starts at Redis's clock in
-  -- microseconds, which is above every token handed out before: each was at
-  -- most its counter's start plus one per acquisition, and no lock is taken
-  -- more than once per microsecond. So fences keep growing without a key
-  -- kept forever.
-  local now = redis.call('TIME')
-  fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', 3600000)
 end
 return fence

@@ -88,6 +88,8 @@
 //	surge:lock:{N}:fence     string   integer, the last fence; expires an hour after it was created
 //	surge:lock:{N}:released  channel  a message on each release that a waiter asked for
 //	surge:lock:{N}:holds     hash     a reentrant owner's hold ids (see Reentrant); expires with the lock
+//	surge:lock:{N}:queue     zset     a fair lock's waiters: token -> arrival number
+//	surge:lock:{N}:places    zset     a fair lock's waiters: token -> when the place expires (Redis ms)
 //
 // and for a semaphore named N:
 //
@@ -110,6 +112,19 @@
 // a resent acquisition adds nothing and a hold released twice is
 // refused, not counted against another. The holds share the lock's lease
 // and fence.
+//
+// # Fair locks
+//
+// With Fair, Lock takes the lock in arrival order across processes. A
+// waiter takes a place at the back of the lock's queue in Redis on its
+// first attempt and gets the lock only when it is free and the place is
+// first; the holder's value is flagged so that its release wakes the
+// queue. Each waiter renews its place on every attempt (at least every
+// third of the place timeout) and leaves it when it gives up; the script
+// drops places not renewed within the timeout, so a waiter that dies
+// delays the others by one place timeout at most. Waiters of one Client
+// still queue locally first and take their place in Redis when they reach
+// the head of that queue.
 //
 // # Semaphores
 //

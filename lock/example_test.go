@@ -239,3 +239,25 @@ func ExampleNewRedlock() {
 	// a second attempt: lock: not obtained
 	// unlock: <nil>
 }
+
+// A fair lock hands itself on in arrival order, across processes; a
+// waiter that dies loses its place after the place timeout.
+func ExampleFair() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+
+	locker, err := lock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	lease, err := locker.Lock(ctx, "ticket-desk", 10*time.Second, lock.Fair(2*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("fence:", lease.Fence() > 0)
+	fmt.Println("unlock:", lease.Unlock(ctx))
+	// Output:
+	// fence: true
+	// unlock: <nil>
+}

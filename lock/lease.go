@@ -32,6 +32,12 @@ type Lease struct {
 	// For a reentrant hold: the owner's holds key and this hold's id;
 	// nil otherwise.
 	holdsKeyArg, holdArg any
+	// For a fair lock: its queue and places keys and the place timeout in
+	// ms; nil otherwise. queueing is set while Lock waits (a waiter keeps
+	// a place; a single attempt does not).
+	queueKeyArg, placesKeyArg, placeArg any
+	place                               time.Duration
+	queueing                            bool
 
 	mu       sync.Mutex
 	ttl      time.Duration

@@ -42,6 +42,8 @@ const (
 	fenceSuffix   = ":fence"
 	releasedSufix = ":released"
 	holdsSuffix   = ":holds"
+	queueSuffix   = ":queue"
+	placesSuffix  = ":places"
 )
 
 // Client takes and releases locks on one Redis deployment. It is safe for
@@ -103,6 +105,9 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 	if lc.reentrant && strings.Contains(lc.owner, "+") {
 		return nil, fmt.Errorf("%w: owner %q contains '+'", ErrInvalid, lc.owner)
 	}
+	if lc.reentrant && lc.fair {
+		return nil, fmt.Errorf("%w: a lock cannot be both Fair and Reentrant", ErrInvalid)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, notObtained(err)
 	}
@@ -125,20 +130,28 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 		}
 		holdsKey, hold = key+holdsSuffix, id
 	}
+	var queueKey, placesKey, place any
+	if lc.fair {
+		queueKey, placesKey, place = key+queueSuffix, key+placesSuffix, lc.place.Milliseconds()
+	}
 	return &Lease{
-		holdsKeyArg: holdsKey,
-		holdArg:     hold,
-		c:           c,
-		name:        name,
-		key:         key,
-		keyArg:      key,
-		fenceKeyArg: fenceKey,
-		token:       token,
-		tokenArg:    token,
-		ttl:         ttl,
-		ttlArg:      ttl.Milliseconds(),
-		renew:       lc.renew,
-		parent:      ctx,
+		holdsKeyArg:  holdsKey,
+		holdArg:      hold,
+		queueKeyArg:  queueKey,
+		placesKeyArg: placesKey,
+		placeArg:     place,
+		place:        lc.place,
+		c:            c,
+		name:         name,
+		key:          key,
+		keyArg:       key,
+		fenceKeyArg:  fenceKey,
+		token:        token,
+		tokenArg:     token,
+		ttl:          ttl,
+		ttlArg:       ttl.Milliseconds(),
+		renew:        lc.renew,
+		parent:       ctx,
 	}, nil
 }
 
@@ -190,7 +203,21 @@ func (c *Client) Lock(ctx context.Context, name string, ttl time.Duration, opts 
 	if err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, l)
+	l.queueing = l.queueKeyArg != nil
+	got, err := c.wait(ctx, l)
+	if err != nil && l.queueing {
+		c.leaveQueue(ctx, l)
+	}
+	return got, err
+}
+
+// leaveQueue gives up l's place in its fair lock's queue, best effort and
+// bounded in time; a place left behind expires on its own.
+func (c *Client) leaveQueue(ctx context.Context, l *Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.place, time.Second))
+	defer cancel()
+	args := append(fairLeaveScript.Args(3, 4), l.keyArg, l.queueKeyArg, l.placesKeyArg, l.tokenArg)
+	_, _ = fairLeaveScript.Int(ctx, c.rdb, args)
 }
 
 // attempt runs the acquire script once for l. It reports whether l now
@@ -206,6 +233,17 @@ func (c *Client) attempt(ctx context.Context, l *Lease, flag bool) (bool, time.D
 	var err error
 	if l.sem != nil {
 		res, err = l.sem.acquirePermit(ctx, l, flagArg)
+	} else if l.queueKeyArg != nil {
+		queue := "0"
+		if l.queueing {
+			queue = "1"
+		}
+		args := append(fairAcquireScript.Args(4, 9), l.keyArg, l.fenceKeyArg, l.queueKeyArg, l.placesKeyArg,
+			l.tokenArg, l.ttlArg, flagArg, l.placeArg, queue)
+		res, err = fairAcquireScript.Int(ctx, c.rdb, args)
+		if err == nil && res == 0 {
+			err = errors.New("lock: fair acquire script replied 0")
+		}
 	} else {
 		var args []any
 		if l.holdsKeyArg != nil {

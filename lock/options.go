@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/surgekit/surge/internal/hashtag"
 )
@@ -40,6 +41,8 @@ type lockConfig struct {
 	renew     bool
 	reentrant bool
 	owner     string // "" with reentrant: a new random owner
+	fair      bool
+	place     time.Duration // with fair: how long a waiter's place lasts unrenewed
 }
 
 // AutoRenew keeps the lease alive while the lock is held: a watchdog
@@ -68,4 +71,30 @@ func AutoRenew() LockOption {
 // acquisition by anyone waits for the first to be released.
 func Reentrant(owner string) LockOption {
 	return func(c *lockConfig) { c.reentrant, c.owner = true, owner }
+}
+
+// DefaultPlaceTimeout is how long a fair lock's waiter keeps its place
+// without coming back, unless Fair says otherwise.
+const DefaultPlaceTimeout = 5 * time.Second
+
+// Fair makes Lock take the lock in arrival order: a waiter takes a place
+// in the lock's queue in Redis and gets the lock only when it is free and
+// the place is first, whichever process the waiters are in. A waiter
+// renews its place while it waits (every placeTimeout/3) and leaves it
+// when it gives up; a waiter that dies keeps it for at most placeTimeout
+// (0: DefaultPlaceTimeout), so it delays the queue by no more than that.
+// TryLock with Fair takes a free lock only if no one is queued for it.
+//
+// Every acquisition of a lock must be Fair for its order to hold: a plain
+// acquisition takes a free lock regardless of the queue. Fair cannot be
+// combined with Reentrant. Default: not fair; waiters of one Client are
+// served in arrival order, waiters of different Clients in no set order.
+func Fair(placeTimeout time.Duration) LockOption {
+	return func(c *lockConfig) {
+		c.fair = true
+		c.place = placeTimeout
+		if c.place <= 0 {
+			c.place = DefaultPlaceTimeout
+		}
+	}
 }

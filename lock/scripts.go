@@ -6,10 +6,17 @@ import (
 	"github.com/surgekit/surge/internal/script"
 )
 
+// fence.lua is prepended to the scripts that hand out a lock.
+//
+//go:embed fence.lua
+var fenceLua string
+
+func withFence(src string) *script.Script { return script.New(fenceLua + "\n" + src) }
+
 var (
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = script.New(acquireLua)
+	acquireScript = withFence(acquireLua)
 
 	//go:embed release.lua
 	releaseLua    string
@@ -51,4 +58,14 @@ var (
 	//go:embed sem_limit.lua
 	semLimitLua    string
 	semLimitScript = script.New(semLimitLua)
+)
+
+var (
+	//go:embed fair_acquire.lua
+	fairAcquireLua    string
+	fairAcquireScript = withFence(fairAcquireLua)
+
+	//go:embed fair_leave.lua
+	fairLeaveLua    string
+	fairLeaveScript = script.New(fairLeaveLua)
 )

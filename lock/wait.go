@@ -145,12 +145,18 @@ func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
 		}
 		if ok {
 			// The next waiter waits for this lock's release; for a
-			// semaphore it tries at once, since more permits may be free.
-			c.leave(q, w, promotion{now: l.sem != nil, bound: l.ttl})
+			// semaphore it tries at once, since more permits may be free,
+			// and for a fair lock it tries at once to take its place in
+			// the queue.
+			c.leave(q, w, promotion{now: l.sem != nil || l.queueing, bound: l.ttl})
 			return l, nil
 		}
 		c.mu.Lock()
 		w.bound = waitBound(pttl)
+		if l.queueing {
+			// Come back before the place expires.
+			w.bound = min(w.bound, l.place/3)
+		}
 		if !flag {
 			// The plain attempt failed: wait properly from now on, and try
 			// again (flagging the holder) once the subscription is in effect.

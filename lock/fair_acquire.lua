@@ -1,0 +1,76 @@
+-- fair_acquire.lua: take the lock in arrival order. The lock itself is the
+-- same string as acquire.lua's; a fair acquisition also keeps a place in
+-- the lock's queue and takes the lock only when it is free and the
+-- caller's place is first.
+--
+-- KEYS[1]  lock key (see acquire.lua)
+-- KEYS[2]  fence key (see fence.lua)
+-- KEYS[3]  queue: sorted set, owner token -> arrival number
+-- KEYS[4]  places: sorted set, owner token -> when its place expires (Redis ms)
+-- ARGV[1]  owner token
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  "1" if the caller waits for a release message (the holder is
+--          flagged with "+", as in acquire.lua), else "0"
+-- ARGV[4]  place timeout in milliseconds: a waiter that does not come back
+--          within it (it died, or gave up without leaving) loses its place
+-- ARGV[5]  "1" to take (or keep) a place when the lock cannot be had now,
+--          "0" to leave none (a single attempt)
+--
+-- Reply: a positive fence when the lock is obtained; r <= -1 otherwise,
+-- with -r-2 the milliseconds worth waiting before the next attempt (the
+-- holder's lease, or the time the first waiter's place has left).
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Waiters that stopped coming back lose their places first.
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREM', KEYS[3], unpack(gone))
+  redis.call('ZREM', KEYS[4], unpack(gone))
+end
+
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] or holder == ARGV[1] .. '+' then
+  return current_fence(KEYS[2]) -- a retry of an attempt whose reply was lost
+end
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if not holder and (not first or first == ARGV[1]) then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  -- With others still queued, flag the lock at once: its release must
+  -- wake them, and they may not try again before it.
+  local value = ARGV[1]
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    value = value .. '+'
+  end
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  return new_fence(KEYS[2])
+end
+
+-- Not now: hold (or keep) a place at the back, and come back within the
+-- place timeout.
+local placeTimeout = tonumber(ARGV[4])
+if ARGV[5] == '1' then
+  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    redis.call('ZADD', KEYS[3], (tonumber(last) or 0) + 1, ARGV[1])
+  end
+  redis.call('ZADD', KEYS[4], now + placeTimeout, ARGV[1])
+  -- The queue lives while anyone keeps a place in it.
+  redis.call('PEXPIRE', KEYS[3], 2 * placeTimeout)
+  redis.call('PEXPIRE', KEYS[4], 2 * placeTimeout)
+end
+if holder then
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl == -2 then
+    return -2
+  end
+  if ARGV[3] == '1' and string.sub(holder, -1) ~= '+' then
+    redis.call('SET', KEYS[1], holder .. '+', 'XX', 'KEEPTTL')
+  end
+  return -pttl - 2
+end
+-- Free, but another waiter is first: it has until its place expires.
+local expires = tonumber(redis.call('ZSCORE', KEYS[4], first)) or now
+return -math.max(expires - now, 0) - 2

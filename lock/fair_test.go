@@ -1,0 +1,181 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+// queued returns how many waiters hold a place in the fair lock's queue.
+func queued(t *testing.T, b *redistest.Backend, l *Lease) int64 {
+	t.Helper()
+	n, err := b.Client(t).ZCard(context.Background(), l.key+queueSuffix).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestFairWaitersGetTheLockInArrivalOrder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		holder, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute, Fair(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sixteen waiters, each its own Client (a process), arriving one
+		// after the other: each is queued before the next starts.
+		const waiters = 16
+		var mu sync.Mutex
+		var order []int
+		errs := make(chan error, waiters)
+		var wg sync.WaitGroup
+		for i := range waiters {
+			c := newClient(t, b.Client(t))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := c.Lock(ctx, name, time.Minute, Fair(0))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				errs <- l.Unlock(ctx)
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the waiter to take its place", func() bool { return queued(t, b, holder) == int64(i+1) })
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, got := range order {
+			if got != i {
+				t.Fatalf("acquired in order %v, want arrival order", order)
+			}
+		}
+		if len(order) != waiters {
+			t.Fatalf("%d of %d waiters got the lock", len(order), waiters)
+		}
+	})
+}
+
+func TestADeadFairWaiterDelaysTheQueueByOnePlaceTimeoutAtMost(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		const place = time.Second
+		holder, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute, Fair(place))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Waiter 1 dies in the queue: its process stops talking to Redis
+		// (every command fails), so it neither renews nor leaves its place.
+		dying := redistest.NewFaults()
+		results := make(chan int, 4)
+		errs := make(chan error, 4)
+		for i := range 4 {
+			rdb := b.Client(t)
+			if i == 1 {
+				rdb = b.Client(t, dying)
+			}
+			c := newClient(t, rdb)
+			wctx := ctx
+			if i == 1 {
+				var kill context.CancelFunc
+				wctx, kill = context.WithCancel(ctx)
+				defer kill()
+				go func() {
+					redistest.WaitFor(t, 10*time.Second, "the doomed waiter to queue", func() bool { return queued(t, b, holder) >= 2 })
+					dying.On(redistest.Any()).Fail(errors.New("process killed"))
+					kill()
+				}()
+			}
+			go func() {
+				l, err := c.Lock(wctx, name, time.Minute, Fair(place))
+				if err != nil {
+					errs <- err
+					return
+				}
+				results <- i
+				errs <- l.Unlock(ctx)
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the waiter to take its place", func() bool { return queued(t, b, holder) == int64(i+1) })
+		}
+		// The doomed waiter's context ends and its leaving fails: its place
+		// stays until it expires.
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the dead waiter: %v", err)
+		}
+		start := time.Now()
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var order []int
+		for range 3 {
+			order = append(order, <-results)
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if order[0] != 0 || order[1] != 2 || order[2] != 3 {
+			t.Fatalf("order %v, want [0 2 3]", order)
+		}
+		// Waiter 2 waited at most for the dead one's place to expire.
+		if waited := time.Since(start); waited > place+2*time.Second {
+			t.Fatalf("the queue took %v to get past a dead waiter with a %v place", waited, place)
+		}
+	})
+}
+
+func TestAFairTryLockDoesNotJumpTheQueue(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		c := newClient(t, b.Client(t))
+		holder, err := c.TryLock(ctx, name, time.Minute, Fair(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := newClient(t, b.Client(t)).Lock(ctx, name, time.Minute, Fair(0))
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the waiter to queue", func() bool { return queued(t, b, holder) == 1 })
+		if _, err := c.TryLock(ctx, name, time.Minute, Fair(0)); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("TryLock while held: %v", err)
+		}
+		if queued(t, b, holder) != 1 {
+			t.Fatal("a single attempt took a place in the queue")
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TryLock(ctx, name, time.Minute, Fair(0), Reentrant("")); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Fair and Reentrant: %v", err)
+		}
+	})
+}
