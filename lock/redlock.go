@@ -70,7 +70,10 @@ func (r *Redlock) TryLock(ctx context.Context, name string, ttl time.Duration, o
 	if err != nil {
 		return nil, err
 	}
-	return l, r.attempt(ctx, l)
+	if err := r.attempt(ctx, l); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Lock takes the lock, retrying after a jittered, growing delay (5 ms to
@@ -179,10 +182,14 @@ func (r *Redlock) each(ctx context.Context, call func(ctx context.Context, node 
 // took and returns ErrNotObtained.
 func (r *Redlock) attempt(ctx context.Context, l *Lease) error {
 	start := time.Now()
-	// No point waiting for a node longer than the lease.
-	actx, cancel := context.WithTimeout(ctx, l.ttl)
+	// A node that does not answer within a tenth of the lease counts as
+	// down: waiting longer would eat the lease the others granted. (The
+	// deadline bounds a node's socket reads only if its client has
+	// ContextTimeoutEnabled; otherwise its ReadTimeout does.)
+	actx, cancel := context.WithTimeout(ctx, max(l.ttl/10, time.Millisecond))
+	set := []any{"set", l.keyArg, l.tokenArg, "nx", "px", l.ttlArg} // read-only: shared by the nodes
 	granted, _, err := r.each(actx, func(ctx context.Context, n RedisClient) (bool, error) {
-		cmd := redis.NewStatusCmd(ctx, "set", l.keyArg, l.tokenArg, "nx", "px", l.ttlArg)
+		cmd := redis.NewStatusCmd(ctx, set...)
 		err := n.Process(ctx, cmd)
 		if errors.Is(err, redis.Nil) {
 			return false, nil // held by someone else
@@ -215,8 +222,9 @@ func (r *Redlock) abandon(ctx context.Context, l *Lease) {
 // release runs release.lua on every node: 1 if any node released the
 // lock, 0 if none held it; an error only if no node answered.
 func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
+	args := append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg) // read-only: shared by the nodes
 	released, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
-		res, err := releaseScript.Int(ctx, n, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
+		res, err := releaseScript.Int(ctx, n, args)
 		return res > 0, err
 	})
 	switch {
@@ -233,8 +241,9 @@ func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
 // could still make up a majority, it returns their error instead, so that
 // renewal retries rather than declaring the lock lost.
 func (r *Redlock) extend(ctx context.Context, l *Lease, ttl time.Duration) (bool, error) {
+	args := append(extendScript.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds())
 	extended, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
-		res, err := extendScript.Int(ctx, n, append(extendScript.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds()))
+		res, err := extendScript.Int(ctx, n, args)
 		return res == 1, err
 	})
 	switch {

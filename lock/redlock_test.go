@@ -227,3 +227,17 @@ func TestRedlockBadArguments(t *testing.T) {
 		t.Errorf("reentrant: %v", err)
 	}
 }
+
+func TestAFailedRedlockTryLockReturnsNoLease(t *testing.T) {
+	ctx := context.Background()
+	_, clients := fiveNodes(t)
+	r := newRedlock(t, clients)
+	l, err := r.TryLock(ctx, "x", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	if other, err := r.TryLock(ctx, "x", time.Minute); !errors.Is(err, ErrNotObtained) || other != nil {
+		t.Fatalf("a failed TryLock: %v, %v; want nil and ErrNotObtained", other, err)
+	}
+}
