@@ -61,6 +61,27 @@ var lockers = []locker{
 			},
 		}
 	}},
+	// surge's fair lock: waiters queue in Redis, in arrival order.
+	{"surge-fair", func(b *testing.B, rdb *redis.Client) lockFuncs {
+		c, err := lock.New(rdb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		take := func(try bool) func(ctx context.Context, key string) (func(context.Context) error, error) {
+			return func(ctx context.Context, key string) (func(context.Context) error, error) {
+				take := c.Lock
+				if try {
+					take = c.TryLock
+				}
+				l, err := take(ctx, key, lockTTL, lock.Fair(0))
+				if err != nil {
+					return nil, err
+				}
+				return l.Unlock, nil
+			}
+		}
+		return lockFuncs{try: take(true), wait: take(false)}
+	}},
 	{"redsync", func(b *testing.B, rdb *redis.Client) lockFuncs {
 		rs := redsync.New(goredis.NewPool(rdb))
 		return lockFuncs{
