@@ -956,8 +956,16 @@ func TestWorkerLateness(t *testing.T) {
 		slices.Sort(lateness)
 		p50, p99, worst := lateness[n/2], lateness[n*99/100], lateness[n-1]
 		t.Logf("lateness of %d jobs due within 1s, Concurrency(16): p50 %v, p99 %v, max %v (%d claims, %d ack calls)", n, p50, p99, worst, claims.Hits(), acks.Hits())
-		if p99 >= time.Second {
-			t.Errorf("p99 lateness %v, want under 1s", p99)
+		// The benchmark measures the real figure (a few ms at p99); here
+		// the bound only catches a worker that falls behind. Under the
+		// race detector, with CI running every package at once on two
+		// cores, handling alone has taken over a second.
+		limit := time.Second
+		if raceDetector {
+			limit = 3 * time.Second
+		}
+		if p99 >= limit {
+			t.Errorf("p99 lateness %v, want under %v", p99, limit)
 		}
 	})
 }

@@ -87,25 +87,17 @@ func TestADeadFairWaiterDelaysTheQueueByOnePlaceTimeoutAtMost(t *testing.T) {
 		// Waiter 1 dies in the queue: its process stops talking to Redis
 		// (every command fails), so it neither renews nor leaves its place.
 		dying := redistest.NewFaults()
+		doomed, kill := context.WithCancel(ctx)
+		defer kill()
 		results := make(chan int, 4)
 		errs := make(chan error, 4)
 		for i := range 4 {
 			rdb := b.Client(t)
-			if i == 1 {
-				rdb = b.Client(t, dying)
-			}
-			c := newClient(t, rdb)
 			wctx := ctx
 			if i == 1 {
-				var kill context.CancelFunc
-				wctx, kill = context.WithCancel(ctx)
-				defer kill()
-				go func() {
-					redistest.WaitFor(t, 10*time.Second, "the doomed waiter to queue", func() bool { return queued(t, b, holder) >= 2 })
-					dying.On(redistest.Any()).Fail(errors.New("process killed"))
-					kill()
-				}()
+				rdb, wctx = b.Client(t, dying), doomed
 			}
+			c := newClient(t, rdb)
 			go func() {
 				l, err := c.Lock(wctx, name, time.Minute, Fair(place))
 				if err != nil {
@@ -117,10 +109,13 @@ func TestADeadFairWaiterDelaysTheQueueByOnePlaceTimeoutAtMost(t *testing.T) {
 			}()
 			redistest.WaitFor(t, 10*time.Second, "the waiter to take its place", func() bool { return queued(t, b, holder) == int64(i+1) })
 		}
-		// The doomed waiter's context ends and its leaving fails: its place
-		// stays until it expires.
-		if err := <-errs; !errors.Is(err, context.Canceled) {
-			t.Fatalf("the dead waiter: %v", err)
+		// Waiter 1's process dies: every command it sends fails, so its
+		// Lock ends (with the failure or its context) and leaving fails
+		// too; its place stays until it expires.
+		dying.On(redistest.Any()).Fail(errors.New("process killed"))
+		kill()
+		if err := <-errs; err == nil {
+			t.Fatal("the dead waiter got the lock")
 		}
 		start := time.Now()
 		if err := holder.Unlock(ctx); err != nil {

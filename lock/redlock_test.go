@@ -51,9 +51,18 @@ func holders(t *testing.T, clients []*redis.Client, key string) int {
 	return n
 }
 
-func TestRedlockIsExclusiveOnAMajority(t *testing.T) {
-	ctx := context.Background()
+// TestRedlockOnFiveServers runs the tests that leave every server up on
+// one set of five, to spare the machine four more sets.
+func TestRedlockOnFiveServers(t *testing.T) {
 	_, clients := fiveNodes(t)
+	t.Run("exclusive on a majority", func(t *testing.T) { redlockIsExclusiveOnAMajority(t, clients) })
+	t.Run("never two holders", func(t *testing.T) { redlockNeverHasTwoHolders(t, clients) })
+	t.Run("lost when a majority loses it", func(t *testing.T) { redlockLeaseIsLostWhenAMajorityLosesIt(t, clients) })
+	t.Run("a failed TryLock returns no lease", func(t *testing.T) { aFailedRedlockTryLockReturnsNoLease(t, clients) })
+}
+
+func redlockIsExclusiveOnAMajority(t *testing.T, clients []*redis.Client) {
+	ctx := context.Background()
 	a, b := newRedlock(t, clients), newRedlock(t, clients)
 	l, err := a.TryLock(ctx, "order:1", time.Minute)
 	if err != nil {
@@ -138,8 +147,7 @@ func TestRedlockSurvivesAMinorityOfNodesDown(t *testing.T) {
 	}
 }
 
-func TestRedlockNeverHasTwoHolders(t *testing.T) {
-	_, clients := fiveNodes(t)
+func redlockNeverHasTwoHolders(t *testing.T, clients []*redis.Client) {
 	var inside, most, taken atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -179,9 +187,8 @@ func TestRedlockNeverHasTwoHolders(t *testing.T) {
 	}
 }
 
-func TestRedlockLeaseIsLostWhenAMajorityLosesIt(t *testing.T) {
+func redlockLeaseIsLostWhenAMajorityLosesIt(t *testing.T, clients []*redis.Client) {
 	ctx := context.Background()
-	_, clients := fiveNodes(t)
 	r := newRedlock(t, clients)
 	l, err := r.TryLock(ctx, "renewed", 300*time.Millisecond, AutoRenew())
 	if err != nil {
@@ -228,9 +235,8 @@ func TestRedlockBadArguments(t *testing.T) {
 	}
 }
 
-func TestAFailedRedlockTryLockReturnsNoLease(t *testing.T) {
+func aFailedRedlockTryLockReturnsNoLease(t *testing.T, clients []*redis.Client) {
 	ctx := context.Background()
-	_, clients := fiveNodes(t)
 	r := newRedlock(t, clients)
 	l, err := r.TryLock(ctx, "x", time.Minute)
 	if err != nil {
