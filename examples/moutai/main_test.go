@@ -12,20 +12,29 @@ func TestSurgeSellsExactlyTheBottles(t *testing.T) {
 	cfg := defaults()
 	cfg.buyers, cfg.bottles = 400, 20
 	cfg.timeout = 20 * time.Second
-	res, err := run("", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res.runs() {
-		t.Logf("%-12s sold %d, oversold %d, duplicates %d, %v: %s", r.name, r.sold, r.oversold, r.duplicates, r.elapsed, r.note)
-	}
-	if res.naive.oversold == 0 {
-		t.Errorf("the naive run did not oversell; the scenario no longer shows the incident")
-	}
-	for _, r := range []sale{res.stock, res.lock} {
-		if r.sold != int64(cfg.bottles) || r.oversold != 0 || r.duplicates != 0 {
-			t.Errorf("%s: sold %d, oversold %d, %d duplicate deductions; want %d sold, none oversold or duplicated",
-				r.name, r.sold, r.oversold, r.duplicates, cfg.bottles)
+	// The naive handler's oversell is a race (requests released together
+	// by the stall each read the stock before the others decrement it),
+	// and a machine loaded by other tests has been seen to serialise it
+	// about once in twenty runs. Every run checks surge; the naive run
+	// must oversell in one of three.
+	oversold := false
+	for attempt := 1; attempt <= 3 && !oversold; attempt++ {
+		res, err := run("", cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, r := range res.runs() {
+			t.Logf("run %d: %-12s sold %d, oversold %d, duplicates %d, %v: %s", attempt, r.name, r.sold, r.oversold, r.duplicates, r.elapsed, r.note)
+		}
+		oversold = res.naive.oversold > 0
+		for _, r := range []sale{res.stock, res.lock} {
+			if r.sold != int64(cfg.bottles) || r.oversold != 0 || r.duplicates != 0 {
+				t.Errorf("%s: sold %d, oversold %d, %d duplicate deductions; want %d sold, none oversold or duplicated",
+					r.name, r.sold, r.oversold, r.duplicates, cfg.bottles)
+			}
+		}
+	}
+	if !oversold {
+		t.Errorf("the naive run did not oversell in three runs; the scenario no longer shows the incident")
 	}
 }
