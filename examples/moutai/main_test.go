@@ -14,9 +14,9 @@ func TestSurgeSellsExactlyTheBottles(t *testing.T) {
 	cfg.timeout = 20 * time.Second
 	// The naive handler's oversell is a race (requests released together
 	// by the stall each read the stock before the others decrement it),
-	// and a machine loaded by other tests has been seen to serialise it
-	// about once in twenty runs. Every run checks surge; the naive run
-	// must oversell in one of three.
+	// and a CI machine loaded by every other package's tests was once seen
+	// to serialise it. Every run checks surge; the naive run must oversell
+	// in one of three.
 	oversold := false
 	for attempt := 1; attempt <= 3 && !oversold; attempt++ {
 		res, err := run("", cfg)
