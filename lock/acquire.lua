@@ -51,16 +51,6 @@ elseif holder == ARGV[1] or holder == ARGV[1] .. '+' then
     redis.call('PEXPIRE', KEYS[3], pttl)
   end
 else
-  -- PTTL before flagging: if the key is gone (a clock that moves during a
-  -- script, as miniredis's can), there is nothing to flag and the caller
-  -- retries at once. XX KEEPTTL can never create the key or drop its TTL.
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl == -2 then
-    return -2
-  end
-  if ARGV[3] == '1' and string.sub(holder, -1) ~= '+' then
-    redis.call('SET', KEYS[1], holder .. '+', 'XX', 'KEEPTTL')
-  end
-  return -pttl - 2
+  return busy(KEYS[1], holder, ARGV[3])
 end
 return fence

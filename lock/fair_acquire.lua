@@ -62,14 +62,7 @@ if ARGV[5] == '1' then
   redis.call('PEXPIRE', KEYS[4], 2 * placeTimeout)
 end
 if holder then
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl == -2 then
-    return -2
-  end
-  if ARGV[3] == '1' and string.sub(holder, -1) ~= '+' then
-    redis.call('SET', KEYS[1], holder .. '+', 'XX', 'KEEPTTL')
-  end
-  return -pttl - 2
+  return busy(KEYS[1], holder, ARGV[3])
 end
 -- Free, but another waiter is first: it has until its place expires.
 local expires = tonumber(redis.call('ZSCORE', KEYS[4], first)) or now

@@ -23,3 +23,20 @@ end
 local function current_fence(key)
   return tonumber(redis.call('GET', key)) or new_fence(key)
 end
+
+-- busy answers an attempt on a lock (key) held by another owner (holder):
+-- -2 minus the holder's lease left, after flagging the holder ("+") if
+-- the caller will wait for its release message (flag == '1'). PTTL comes
+-- before flagging: if the key is gone (a clock that moves during a
+-- script, as miniredis's can), there is nothing to flag and the caller
+-- retries at once. XX KEEPTTL can never create the key or drop its TTL.
+local function busy(key, holder, flag)
+  local pttl = redis.call('PTTL', key)
+  if pttl == -2 then
+    return -2
+  end
+  if flag == '1' and string.sub(holder, -1) ~= '+' then
+    redis.call('SET', key, holder .. '+', 'XX', 'KEEPTTL')
+  end
+  return -pttl - 2
+end

@@ -93,14 +93,9 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 	if err := hashtag.CheckName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if ttl < MinTTL {
-		return nil, fmt.Errorf("%w: ttl %v is below the minimum of %v", ErrInvalid, ttl, MinTTL)
-	}
-	var lc lockConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&lc)
-		}
+	lc, err := leaseConfig(ctx, ttl, opts)
+	if err != nil {
+		return nil, err
 	}
 	if lc.reentrant && strings.Contains(lc.owner, "+") {
 		return nil, fmt.Errorf("%w: owner %q contains '+'", ErrInvalid, lc.owner)
@@ -108,12 +103,8 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 	if lc.reentrant && lc.fair {
 		return nil, fmt.Errorf("%w: a lock cannot be both Fair and Reentrant", ErrInvalid)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, notObtained(err)
-	}
 	token := lc.owner
 	if token == "" {
-		var err error
 		if token, err = newToken(); err != nil {
 			return nil, err
 		}
@@ -153,6 +144,24 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 		renew:        lc.renew,
 		parent:       ctx,
 	}, nil
+}
+
+// leaseConfig checks what every acquisition checks (the TTL, a context
+// that has already ended) and applies its options.
+func leaseConfig(ctx context.Context, ttl time.Duration, opts []LockOption) (lockConfig, error) {
+	var lc lockConfig
+	if ttl < MinTTL {
+		return lc, fmt.Errorf("%w: ttl %v is below the minimum of %v", ErrInvalid, ttl, MinTTL)
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&lc)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return lc, notObtained(err)
+	}
+	return lc, nil
 }
 
 // newToken returns 128 random bits in hex: an owner token no other

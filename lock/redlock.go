@@ -112,20 +112,12 @@ func (r *Redlock) newLease(ctx context.Context, name string, ttl time.Duration, 
 	if err := hashtag.CheckName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if ttl < MinTTL {
-		return nil, fmt.Errorf("%w: ttl %v is below the minimum of %v", ErrInvalid, ttl, MinTTL)
+	lc, err := leaseConfig(ctx, ttl, opts)
+	if err != nil {
+		return nil, err
 	}
-	var lc lockConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&lc)
-		}
-	}
-	if lc.reentrant {
-		return nil, fmt.Errorf("%w: a Redlock lock is not reentrant", ErrInvalid)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, notObtained(err)
+	if lc.reentrant || lc.fair {
+		return nil, fmt.Errorf("%w: a Redlock lock is neither Reentrant nor Fair", ErrInvalid)
 	}
 	token, err := newToken()
 	if err != nil {

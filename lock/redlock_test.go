@@ -148,7 +148,8 @@ func TestRedlockSurvivesAMinorityOfNodesDown(t *testing.T) {
 }
 
 func redlockNeverHasTwoHolders(t *testing.T, clients []*redis.Client) {
-	var inside, most, taken atomic.Int64
+	var held overlap
+	var taken atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for range 16 {
@@ -164,11 +165,9 @@ func redlockNeverHasTwoHolders(t *testing.T, clients []*redis.Client) {
 					errs <- err
 					return
 				}
-				if n := inside.Add(1); n > most.Load() {
-					most.Store(n)
-				}
+				held.enter()
 				time.Sleep(time.Millisecond) // the work under the lock, so that holders would overlap
-				inside.Add(-1)
+				held.leave()
 				if err := l.Unlock(ctx); err != nil {
 					errs <- err
 					return
@@ -182,8 +181,8 @@ func redlockNeverHasTwoHolders(t *testing.T, clients []*redis.Client) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if most.Load() != 1 || taken.Load() != 160 {
-		t.Fatalf("%d holders at once, %d acquisitions; want 1 and 160", most.Load(), taken.Load())
+	if held.most.Load() != 1 || taken.Load() != 160 {
+		t.Fatalf("%d holders at once, %d acquisitions; want 1 and 160", held.most.Load(), taken.Load())
 	}
 }
 

@@ -112,17 +112,12 @@ func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
 }
 
 func (s *Semaphore) newPermit(ctx context.Context, ttl time.Duration, opts []LockOption) (*Lease, error) {
-	if ttl < MinTTL {
-		return nil, fmt.Errorf("%w: ttl %v is below the minimum of %v", ErrInvalid, ttl, MinTTL)
+	lc, err := leaseConfig(ctx, ttl, opts)
+	if err != nil {
+		return nil, err
 	}
-	var lc lockConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&lc)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, notObtained(err)
+	if lc.reentrant || lc.fair {
+		return nil, fmt.Errorf("%w: a semaphore permit is neither Reentrant nor Fair", ErrInvalid)
 	}
 	token, err := newToken()
 	if err != nil {

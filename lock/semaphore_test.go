@@ -11,6 +11,21 @@ import (
 	"github.com/surgekit/surge/internal/redistest"
 )
 
+// overlap counts the holders inside at once, and the most there were.
+type overlap struct{ inside, most atomic.Int64 }
+
+func (o *overlap) enter() {
+	n := o.inside.Add(1)
+	for {
+		m := o.most.Load()
+		if n <= m || o.most.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (o *overlap) leave() { o.inside.Add(-1) }
+
 func newSemaphore(t *testing.T, c *Client, name string, limit int) *Semaphore {
 	t.Helper()
 	s, err := c.Semaphore(name, limit)
@@ -70,7 +85,8 @@ func TestSemaphoreNeverAdmitsMoreThanItsLimit(t *testing.T) {
 		for i := range clients {
 			clients[i] = newSemaphore(t, newClient(t, rdb), name, limit)
 		}
-		var inside, most, done atomic.Int64
+		var held overlap
+		var done atomic.Int64
 		var wg sync.WaitGroup
 		errs := make(chan error, workers)
 		for w := range workers {
@@ -86,15 +102,9 @@ func TestSemaphoreNeverAdmitsMoreThanItsLimit(t *testing.T) {
 						errs <- err
 						return
 					}
-					n := inside.Add(1)
-					for {
-						m := most.Load()
-						if n <= m || most.CompareAndSwap(m, n) {
-							break
-						}
-					}
+					held.enter()
 					time.Sleep(time.Millisecond) // the work done under the permit, so that holders overlap
-					inside.Add(-1)
+					held.leave()
 					if err := p.Unlock(ctx); err != nil {
 						errs <- err
 						return
@@ -108,7 +118,7 @@ func TestSemaphoreNeverAdmitsMoreThanItsLimit(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		m := most.Load()
+		m := held.most.Load()
 		t.Logf("at most %d holders at once, limit %d", m, limit)
 		if m > limit || m < 1 {
 			t.Fatalf("%d holders at once, limit %d", m, limit)
