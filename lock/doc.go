@@ -1,7 +1,7 @@
 // Package lock is a distributed mutual-exclusion lock on Redis that cannot
 // free someone else's lock, always expires, tells its holder when it is lost,
-// and hands out fencing tokens; and a semaphore whose permits behave the
-// same way.
+// and hands out fencing tokens; with reentrant, fair and read-write
+// variants, a semaphore whose permits behave the same way, and Redlock.
 //
 // # Using it
 //
@@ -88,6 +88,9 @@
 //	surge:lock:{N}:fence     string   integer, the last fence; expires an hour after it was created
 //	surge:lock:{N}:released  channel  a message on each release that a waiter asked for
 //	surge:lock:{N}:holds     hash     a reentrant owner's hold ids (see Reentrant); expires with the lock
+//	surge:lock:{N}:readers   zset     a read-write lock's read shares: token -> expiry (Redis ms)
+//	surge:lock:{N}:writer-waiting   string  set while a writer waits for the readers (keeps new readers out); PX
+//	surge:lock:{N}:readers-waiting  string  set while readers wait for a writer (its release then publishes); PX
 //	surge:lock:{N}:queue     zset     a fair lock's waiters: token -> arrival number
 //	surge:lock:{N}:places    zset     a fair lock's waiters: token -> when the place expires (Redis ms)
 //
@@ -125,6 +128,20 @@
 // delays the others by one place timeout at most. Waiters of one Client
 // still queue locally first and take their place in Redis when they reach
 // the head of that queue.
+//
+// # Read-write locks
+//
+// Client.RWLock returns a lock for any number of readers or one writer.
+// The writer holds the lock key as a plain lock does (with a new fence);
+// each reader holds a share in the prefix{N}:readers sorted set, scored by
+// its expiry, so a crashed reader's share runs out by itself, and receives
+// the fence of the last writer. A writer that must wait for readers sets
+// prefix{N}:writer-waiting on each attempt (for as long as its wait, plus a
+// second), and while it is set no new reader gets in: the readers inside
+// finish, the last one's release wakes the writer, and a stream of readers
+// cannot starve it (tested with eight readers that never pause). Readers
+// kept out mark prefix{N}:readers-waiting, so the writer's release wakes
+// them.
 //
 // # Semaphores
 //

@@ -261,3 +261,33 @@ func ExampleFair() {
 	// fence: true
 	// unlock: <nil>
 }
+
+// A read-write lock: readers share it, a writer has it alone.
+func ExampleRWLock() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+
+	locker, err := lock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	prices, err := locker.RWLock("price-list")
+	if err != nil {
+		panic(err)
+	}
+	r1, _ := prices.TryRLock(ctx, 10*time.Second)
+	r2, err := prices.TryRLock(ctx, 10*time.Second)
+	fmt.Println("two readers at once:", err == nil)
+	_, err = prices.TryLock(ctx, 10*time.Second)
+	fmt.Println("a writer while they read:", err)
+	_ = r1.Unlock(ctx)
+	_ = r2.Unlock(ctx)
+	w, err := prices.TryLock(ctx, 10*time.Second)
+	fmt.Println("a writer after them:", err == nil)
+	_ = w.Unlock(ctx)
+	// Output:
+	// two readers at once: true
+	// a writer while they read: lock: not obtained
+	// a writer after them: true
+}

@@ -19,6 +19,9 @@ type Lease struct {
 	c      *Client
 	sem    *Semaphore    // the semaphore this is a permit of; nil for a lock
 	red    *Redlock      // the Redlock this is a lease of (c is then nil)
+	rw     *RWLock       // the read-write lock this is a side of
+	reader bool          // with rw: a read share (in the readers' set)
+	waits  bool          // with rw: a writer that waits, keeping new readers out
 	drift  time.Duration // Redlock's clock-drift allowance, taken off the deadline
 	name   string
 	key    string
@@ -190,7 +193,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	args := append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg)
 	s := pttlScript
-	if l.sem != nil {
+	if l.sem != nil || l.reader {
 		// Not read-only: it reads Redis TIME, which miniredis refuses there.
 		s, args = semTTLScript, append(semTTLScript.Args(1, 2), l.keyArg, l.tokenArg)
 	}
@@ -213,8 +216,8 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 		return res == 1, err
 	}
 	s := extendScript
-	if l.sem != nil {
-		s = semExtendScript
+	if l.sem != nil || l.reader {
+		s = semExtendScript // a sorted set of token -> expiry, either way
 	}
 	res, err := s.Int(ctx, l.c.rdb, append(s.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds()))
 	return res == 1, err
@@ -231,6 +234,9 @@ func (l *Lease) release(ctx context.Context) (int64, error) {
 	}
 	if l.holdsKeyArg != nil {
 		return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(2, 4), l.keyArg, l.holdsKeyArg, l.tokenArg, l.holdArg))
+	}
+	if l.reader {
+		return l.rw.releaseShare(ctx, l)
 	}
 	return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
 }

@@ -242,6 +242,8 @@ func (c *Client) attempt(ctx context.Context, l *Lease, flag bool) (bool, time.D
 	var err error
 	if l.sem != nil {
 		res, err = l.sem.acquirePermit(ctx, l, flagArg)
+	} else if l.rw != nil {
+		res, err = l.rw.acquire(ctx, l, flagArg)
 	} else if l.queueKeyArg != nil {
 		queue := "0"
 		if l.queueing {

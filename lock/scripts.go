@@ -69,3 +69,17 @@ var (
 	fairLeaveLua    string
 	fairLeaveScript = script.New(fairLeaveLua)
 )
+
+var (
+	//go:embed rw_read.lua
+	rwReadLua    string
+	rwReadScript = withFence(rwReadLua)
+
+	//go:embed rw_write.lua
+	rwWriteLua    string
+	rwWriteScript = withFence(rwWriteLua)
+
+	//go:embed rw_read_release.lua
+	rwReadReleaseLua    string
+	rwReadReleaseScript = script.New(rwReadReleaseLua)
+)

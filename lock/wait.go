@@ -145,10 +145,10 @@ func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
 		}
 		if ok {
 			// The next waiter waits for this lock's release; for a
-			// semaphore it tries at once, since more permits may be free,
-			// and for a fair lock it tries at once to take its place in
-			// the queue.
-			c.leave(q, w, promotion{now: l.sem != nil || l.queueing, bound: l.ttl})
+			// semaphore or a read share it tries at once, since more
+			// permits or shares may be had, and for a fair lock it tries
+			// at once to take its place in the queue.
+			c.leave(q, w, promotion{now: l.sem != nil || l.queueing || l.reader, bound: l.ttl})
 			return l, nil
 		}
 		c.mu.Lock()
