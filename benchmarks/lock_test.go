@@ -188,7 +188,15 @@ func benchPairs(b *testing.B, goroutines int) {
 // p99, max), the commands Redis executed per acquisition (INFO
 // commandstats, script-internal calls included) and the commands each
 // client sent per acquisition (round trips).
-func BenchmarkLockContended(b *testing.B) {
+func BenchmarkLockContended(b *testing.B) { benchContended(b, false) }
+
+// BenchmarkLockContendedProcesses is BenchmarkLockContended with one lock
+// client per goroutine, as sixteen processes would have: surge's waiters
+// then no longer queue inside one Client, and only the fair lock keeps
+// them in arrival order.
+func BenchmarkLockContendedProcesses(b *testing.B) { benchContended(b, true) }
+
+func benchContended(b *testing.B, perGoroutine bool) {
 	const goroutines, rounds = 16, 200
 	for _, lk := range lockers {
 		if lk.name == "raw" {
@@ -213,6 +221,10 @@ func BenchmarkLockContended(b *testing.B) {
 				var wg sync.WaitGroup
 				start := time.Now()
 				for range goroutines {
+					f := f
+					if perGoroutine {
+						f = lk.new(b, rdb)
+					}
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
