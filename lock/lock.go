@@ -164,6 +164,21 @@ func leaseConfig(ctx context.Context, ttl time.Duration, opts []LockOption) (loc
 	return lc, nil
 }
 
+// plainLease is leaseConfig for the kinds of lease that are neither
+// reentrant nor fair (semaphore permits, read-write and Redlock leases),
+// with a new owner token. what names the kind in the error.
+func plainLease(ctx context.Context, ttl time.Duration, opts []LockOption, what string) (lockConfig, string, error) {
+	lc, err := leaseConfig(ctx, ttl, opts)
+	if err != nil {
+		return lc, "", err
+	}
+	if lc.reentrant || lc.fair {
+		return lc, "", fmt.Errorf("%w: %s is neither Reentrant nor Fair", ErrInvalid, what)
+	}
+	token, err := newToken()
+	return lc, token, err
+}
+
 // newToken returns 128 random bits in hex: an owner token no other
 // acquisition will ever present.
 func newToken() (string, error) {
@@ -186,6 +201,11 @@ func (c *Client) TryLock(ctx context.Context, name string, ttl time.Duration, op
 	if err != nil {
 		return nil, err
 	}
+	return c.try(ctx, l)
+}
+
+// try makes one attempt for l, returning ErrNotObtained if it failed.
+func (c *Client) try(ctx context.Context, l *Lease) (*Lease, error) {
 	ok, _, err := c.attempt(ctx, l, false)
 	if err != nil {
 		return nil, err

@@ -112,14 +112,7 @@ func (r *Redlock) newLease(ctx context.Context, name string, ttl time.Duration, 
 	if err := hashtag.CheckName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	lc, err := leaseConfig(ctx, ttl, opts)
-	if err != nil {
-		return nil, err
-	}
-	if lc.reentrant || lc.fair {
-		return nil, fmt.Errorf("%w: a Redlock lock is neither Reentrant nor Fair", ErrInvalid)
-	}
-	token, err := newToken()
+	lc, token, err := plainLease(ctx, ttl, opts, "a Redlock lock")
 	if err != nil {
 		return nil, err
 	}

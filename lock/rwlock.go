@@ -96,25 +96,11 @@ func (rw *RWLock) try(ctx context.Context, ttl time.Duration, opts []LockOption,
 	if err != nil {
 		return nil, err
 	}
-	ok, _, err := rw.c.attempt(ctx, l, false)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, ErrNotObtained
-	}
-	return l, nil
+	return rw.c.try(ctx, l)
 }
 
 func (rw *RWLock) newLease(ctx context.Context, ttl time.Duration, opts []LockOption, reader bool) (*Lease, error) {
-	lc, err := leaseConfig(ctx, ttl, opts)
-	if err != nil {
-		return nil, err
-	}
-	if lc.reentrant || lc.fair {
-		return nil, fmt.Errorf("%w: a read-write lock is neither Reentrant nor Fair", ErrInvalid)
-	}
-	token, err := newToken()
+	lc, token, err := plainLease(ctx, ttl, opts, "a read-write lock")
 	if err != nil {
 		return nil, err
 	}

@@ -70,14 +70,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration, opts ...L
 	if err != nil {
 		return nil, err
 	}
-	ok, _, err := s.c.attempt(ctx, l, false)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, ErrNotObtained
-	}
-	return l, nil
+	return s.c.try(ctx, l)
 }
 
 // Acquire takes a permit for ttl, waiting as long as ctx allows; if ctx
@@ -112,14 +105,7 @@ func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
 }
 
 func (s *Semaphore) newPermit(ctx context.Context, ttl time.Duration, opts []LockOption) (*Lease, error) {
-	lc, err := leaseConfig(ctx, ttl, opts)
-	if err != nil {
-		return nil, err
-	}
-	if lc.reentrant || lc.fair {
-		return nil, fmt.Errorf("%w: a semaphore permit is neither Reentrant nor Fair", ErrInvalid)
-	}
-	token, err := newToken()
+	lc, token, err := plainLease(ctx, ttl, opts, "a semaphore permit")
 	if err != nil {
 		return nil, err
 	}
