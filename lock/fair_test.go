@@ -32,12 +32,14 @@ func TestFairWaitersGetTheLockInArrivalOrder(t *testing.T) {
 		// Sixteen waiters, each its own Client (a process), arriving one
 		// after the other: each is queued before the next starts.
 		const waiters = 16
+		faults := redistest.NewFaults()
+		attempts := faults.On(redistest.Script(fairAcquireScript.Hash()))
 		var mu sync.Mutex
 		var order []int
 		errs := make(chan error, waiters)
 		var wg sync.WaitGroup
 		for i := range waiters {
-			c := newClient(t, b.Client(t))
+			c := newClient(t, b.Client(t, faults))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -71,6 +73,13 @@ func TestFairWaitersGetTheLockInArrivalOrder(t *testing.T) {
 		if len(order) != waiters {
 			t.Fatalf("%d of %d waiters got the lock", len(order), waiters)
 		}
+		// Each release names the next in line, so only its process tries:
+		// a handful of attempts per waiter, not one per waiting process
+		// per release (which would be over a hundred here).
+		if n := attempts.Hits(); n > 4*waiters {
+			t.Fatalf("%d fair acquire attempts for %d waiters", n, waiters)
+		}
+		t.Logf("%d attempts for %d waiters", attempts.Hits(), waiters)
 	})
 }
 

@@ -238,6 +238,9 @@ func (l *Lease) release(ctx context.Context) (int64, error) {
 	if l.reader {
 		return l.rw.releaseShare(ctx, l)
 	}
+	if l.queueKeyArg != nil {
+		return fairReleaseScript.Int(ctx, l.c.rdb, append(fairReleaseScript.Args(2, 3), l.keyArg, l.queueKeyArg, l.tokenArg))
+	}
 	return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
 }
 

@@ -68,6 +68,10 @@ var (
 	//go:embed fair_leave.lua
 	fairLeaveLua    string
 	fairLeaveScript = script.New(fairLeaveLua)
+
+	//go:embed fair_release.lua
+	fairReleaseLua    string
+	fairReleaseScript = script.New(fairReleaseLua)
 )
 
 var (

@@ -49,7 +49,8 @@ type queue struct {
 }
 
 type waiter struct {
-	wake chan struct{} // capacity 1: a wake-up is never lost, repeats merge
+	wake  chan struct{} // capacity 1: a wake-up is never lost, repeats merge
+	token string        // the owner token it waits with
 
 	// Set under Client.mu when the waiter is made the head.
 	head       bool
@@ -77,7 +78,7 @@ type subscription struct {
 // and returns when it holds the lock, when an attempt fails, or when ctx
 // ends.
 func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1), token: l.token}
 	q := c.enqueue(l.key, w)
 
 	backoff := time.Duration(0)
@@ -361,7 +362,7 @@ func (c *Client) read(sub *subscription) {
 				c.confirm(sub, m.Channel)
 			}
 		case *redis.Message:
-			c.notify(m.Channel)
+			c.notify(m.Channel, m.Payload)
 		}
 	}
 }
@@ -396,13 +397,22 @@ func (c *Client) confirm(sub *subscription, channel string) {
 	}
 }
 
-// notify wakes the head of the queue whose lock was released.
-func (c *Client) notify(channel string) {
+// notify wakes the head of the queue whose lock was released. A message
+// that names a waiter (a fair lock's release names the first in its
+// queue) wakes the head only if it is that waiter: the others could only
+// renew their places, and each process trying at every release would
+// cost the server a script per waiting process.
+func (c *Client) notify(channel, next string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q := c.queues[strings.TrimSuffix(channel, releasedSufix)]; q != nil {
-		q.wakeHead()
+	q := c.queues[strings.TrimSuffix(channel, releasedSufix)]
+	if q == nil {
+		return
 	}
+	if next != "" && len(q.waiters) > 0 && q.waiters[0].token != next {
+		return
+	}
+	q.wakeHead()
 }
 
 // wakeHead tells the head that the lock may be free. Called with Client.mu
