@@ -65,6 +65,7 @@ type marks uint8
 
 // MonthView is a user's calendar for one month.
 type MonthView struct {
+	// Year and Month name the month shown.
 	Year  int
 	Month time.Month
 	// Days holds each day's mark: Days[0] is the 1st, and there are as

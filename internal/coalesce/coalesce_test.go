@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/surgekit/surge/internal/redistest"
 )
 
 // gate is a Send that records its batches and, while closed, holds each
@@ -42,13 +44,7 @@ func (g *gate) send(ctx context.Context, reqs []int) ([]string, error) {
 // waitQueued waits until n calls are queued on b.
 func waitQueued[Q, R any](t *testing.T, b *Batcher[Q, R], n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Queued() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want %d", b.Queued(), n)
-		}
-		time.Sleep(time.Millisecond) // polling a condition, bounded above
-	}
+	redistest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d calls to queue", n), func() bool { return b.Queued() == n })
 }
 
 type result struct {
