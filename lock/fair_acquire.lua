@@ -20,8 +20,7 @@
 -- with -r-2 the milliseconds worth waiting before the next attempt (the
 -- holder's lease, or the time the first waiter's place has left).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 -- Waiters that stopped coming back lose their places first.
 local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)

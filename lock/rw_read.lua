@@ -16,8 +16,7 @@
 -- starve it; readers blocked by a writer mark KEYS[5] so that the
 -- writer's release wakes them.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   return current_fence(KEYS[2]) -- a retry of an attempt whose reply was lost
@@ -41,6 +40,5 @@ if wait then
 end
 
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[3], last[2])
+expire_at_last(KEYS[3])
 return current_fence(KEYS[2])

@@ -13,8 +13,7 @@ if not expiry then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-local t = redis.call('TIME')
-if expiry <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+if expiry <= now_ms() then
   return 0
 end
 if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 1 then

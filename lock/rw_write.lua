@@ -9,8 +9,7 @@
 -- earliest reader's). A writer that has to wait marks KEYS[4], which keeps
 -- new readers out until it has had its turn (or stopped coming back).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 
 local holder = redis.call('GET', KEYS[1])

@@ -6,12 +6,15 @@ import (
 	"github.com/surgekit/surge/internal/script"
 )
 
-// fence.lua is prepended to the scripts that hand out a lock.
+// fence.lua (and sem_common.lua, for Redis's clock in milliseconds) is
+// prepended to the scripts that hand out a lock.
 //
 //go:embed fence.lua
 var fenceLua string
 
-func withFence(src string) *script.Script { return script.New(fenceLua + "\n" + src) }
+func withFence(src string) *script.Script {
+	return script.New(fenceLua + "\n" + semCommonLua + "\n" + src)
+}
 
 var (
 	//go:embed acquire.lua
@@ -85,5 +88,5 @@ var (
 
 	//go:embed rw_read_release.lua
 	rwReadReleaseLua    string
-	rwReadReleaseScript = script.New(rwReadReleaseLua)
+	rwReadReleaseScript = semScript(rwReadReleaseLua)
 )

@@ -17,7 +17,7 @@
 -- Expired permits (their holders crashed or stalled) are dropped first,
 -- so they count for nothing and come back by themselves.
 
-local t = now()
+local t = now_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
 local limit = tonumber(redis.call('GET', KEYS[2]))
 if not limit then

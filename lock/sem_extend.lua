@@ -7,7 +7,7 @@
 -- Reply: 1 extended; 0 not held (an expired permit is dropped: it was
 -- already free for others to take).
 
-local t = now()
+local t = now_ms()
 local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if not expiry then
   return 0

@@ -14,7 +14,7 @@ if not expiry then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-if expiry <= now() then
+if expiry <= now_ms() then
   return 0
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then

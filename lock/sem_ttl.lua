@@ -9,7 +9,7 @@ local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if not expiry then
   return -3
 end
-local left = expiry - now()
+local left = expiry - now_ms()
 if left <= 0 then
   return -3
 end
