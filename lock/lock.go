@@ -73,14 +73,9 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 	if script.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
 	}
-	cfg := config{prefix: DefaultPrefix}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	return &Client{rdb: rdb, prefix: cfg.prefix, queues: make(map[string]*queue)}, nil
 }

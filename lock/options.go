@@ -18,6 +18,20 @@ type config struct {
 	prefix string
 }
 
+// newConfig applies opts (New's and NewRedlock's) to the defaults.
+func newConfig(opts []Option) (config, error) {
+	cfg := config{prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
 // WithPrefix sets the string that starts every key (and channel) the Client
 // uses, so that several applications can share one Redis. It must not
 // contain '{' or '}', which are reserved for the hash tag. Default:

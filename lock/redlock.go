@@ -41,14 +41,9 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 			return nil, fmt.Errorf("%w: node %d is a nil client", ErrInvalid, i)
 		}
 	}
-	cfg := config{prefix: DefaultPrefix}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	return &Redlock{nodes: slices.Clone(nodes), prefix: cfg.prefix, quorum: len(nodes)/2 + 1}, nil
 }
