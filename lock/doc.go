@@ -122,7 +122,8 @@
 // waiter takes a place at the back of the lock's queue in Redis on its
 // first attempt and gets the lock only when it is free and the place is
 // first; the holder's value is flagged so that its release wakes the
-// queue. Each waiter renews its place on every attempt (at least every
+// queue, and the release message names the first waiter, so that only
+// that waiter's process tries (the others would only renew their places). Each waiter renews its place on every attempt (at least every
 // third of the place timeout) and leaves it when it gives up; the script
 // drops places not renewed within the timeout, so a waiter that dies
 // delays the others by one place timeout at most. Waiters of one Client
