@@ -34,6 +34,13 @@
 // the Redis clock, rounded down, has reached its due time: a job is never
 // handed out early, and at most a millisecond of rounding late.
 //
+// Claim takes due jobs in due-time order, and jobs due in the same
+// millisecond in the byte order of their ids; Position says how many jobs a
+// claim hands out before a given one. So a queue also serves as a plain FIFO
+// of requests: due at one past instant, with ids that sort in arrival order
+// (zero-padded ticket numbers), they are claimed in arrival order, and each
+// can be told its place in line.
+//
 // Claim moves up to n due jobs to the in-flight set with a lease deadline,
 // a fresh lease token per delivery and the attempt counted, in one script:
 // concurrent consumers never get the same job and never waste a round trip

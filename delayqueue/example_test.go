@@ -82,3 +82,41 @@ func ExampleDelivery_Nack() {
 	// attempt 2 failed; retry scheduled: false
 	// dead: mail-1 after 2 attempts: smtp: connection refused
 }
+
+// A FIFO of requests with places in line: every request is due at the same
+// past instant, and its id is a zero-padded ticket number, so claims take
+// them in ticket order and Position tells each requester how many are
+// ahead.
+func ExampleQueue_Position() {
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+
+	q, err := delayqueue.New(rdb, "batch-7-requests")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	opening := time.Date(2026, 9, 1, 9, 0, 0, 0, time.UTC)
+	for ticket, student := range []string{"ann", "bob", "cho"} {
+		id := fmt.Sprintf("%09d", ticket+1)
+		if _, err := q.Enqueue(ctx, []byte(student), delayqueue.WithID(id), delayqueue.At(opening)); err != nil {
+			panic(err)
+		}
+	}
+	ahead, _ := q.Position(ctx, "000000003")
+	fmt.Println("cho has", ahead, "requests ahead")
+
+	jobs, _, _ := q.Claim(ctx, 1, 30*time.Second)
+	fmt.Printf("serving %s\n", jobs[0].Payload)
+	ahead, _ = q.Position(ctx, "000000003")
+	fmt.Println("cho has", ahead, "requests ahead")
+	_, err = q.Position(ctx, "000000001")
+	fmt.Println("ann's request in flight:", errors.Is(err, delayqueue.ErrInFlight))
+	// Output:
+	// cho has 2 requests ahead
+	// serving ann
+	// cho has 1 requests ahead
+	// ann's request in flight: true
+}

@@ -83,6 +83,12 @@ func (q *Queue) args(s *script.Script, n int) []any {
 	return append(s.Args(len(q.keys), n), q.keys[:]...)
 }
 
+// argsRO is args for a read-only script, which a cluster client may send
+// to a replica.
+func (q *Queue) argsRO(s *script.Script, n int) []any {
+	return append(s.ArgsRO(len(q.keys), n), q.keys[:]...)
+}
+
 // An EnqueueOption sets when a job is due, or its id.
 type EnqueueOption func(*enqueueConfig)
 
@@ -411,6 +417,35 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 		return fmt.Errorf("delayqueue: cancel %q: %w", id, ErrInFlight)
 	}
 	return fmt.Errorf("delayqueue: cancel %q: %w", id, ErrNotFound)
+}
+
+// Position returns how many waiting jobs a claim will hand out before the
+// waiting job id: 0 means it is next. That is its place in line for a
+// status page ("312 requests ahead of you"), exact as long as no job due
+// before it is enqueued meanwhile.
+//
+// Claims take jobs by due time, and jobs due in the same millisecond in the
+// byte order of their ids. So a queue of requests served in arrival order
+// (a FIFO, no delay) enqueues every job At the same past instant, with ids
+// that sort in arrival order, such as a zero-padded ticket number.
+//
+// A job in flight is ErrInFlight; one the queue does not have (never
+// enqueued, or finished) is ErrNotFound.
+func (q *Queue) Position(ctx context.Context, id string) (int64, error) {
+	if id == "" {
+		return 0, fmt.Errorf("%w: empty job id", ErrInvalid)
+	}
+	res, err := positionScript.Int(ctx, q.rdb, append(q.argsRO(positionScript, 1), id))
+	if err != nil {
+		return 0, fmt.Errorf("delayqueue: position of %q: %w", id, err)
+	}
+	switch {
+	case res >= 0:
+		return res, nil
+	case res == -1:
+		return 0, fmt.Errorf("delayqueue: position of %q: %w", id, ErrInFlight)
+	}
+	return 0, fmt.Errorf("delayqueue: position of %q: %w", id, ErrNotFound)
 }
 
 // Reschedule moves a waiting job's due time (After or At; other options

@@ -254,6 +254,43 @@ func TestCancelAndRescheduleActOnWaitingJobsOnly(t *testing.T) {
 	})
 }
 
+// A FIFO of requests: jobs due at the same past instant are claimed in the
+// byte order of their ids, and Position counts the jobs ahead in that order.
+func TestPositionCountsTheJobsAClaimHandsOutFirst(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		q := newQueue(t, b.Client(t))
+		ctx := context.Background()
+		opened := time.Now().Add(-time.Hour)
+		for _, id := range []string{"t003", "t001", "t004", "t002"} {
+			enqueue(t, q, id, WithID(id), At(opened))
+		}
+		enqueue(t, q, "", WithID("t000-later"), After(time.Hour)) // due later: behind them all
+		for id, want := range map[string]int64{"t001": 0, "t002": 1, "t003": 2, "t004": 3, "t000-later": 4} {
+			if got, err := q.Position(ctx, id); err != nil || got != want {
+				t.Errorf("Position(%s) = %d, %v; want %d", id, got, err, want)
+			}
+		}
+		ds, _ := claim(t, q, 2, time.Minute)
+		if len(ds) != 2 || ds[0].ID != "t001" || ds[1].ID != "t002" {
+			t.Fatalf("claimed %d jobs, want t001 and t002 in that order", len(ds))
+		}
+		if _, err := q.Position(ctx, "t001"); !errors.Is(err, ErrInFlight) {
+			t.Errorf("Position of a job in flight: %v, want ErrInFlight", err)
+		}
+		if got, err := q.Position(ctx, "t004"); err != nil || got != 1 {
+			t.Errorf("Position(t004) after the claim = %d, %v; want 1", got, err)
+		}
+		if err := ds[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"t001", "nobody"} {
+			if _, err := q.Position(ctx, id); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Position(%s), finished or never enqueued: %v, want ErrNotFound", id, err)
+			}
+		}
+	})
+}
+
 func TestStatsReportTheLag(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		q := newQueue(t, b.Client(t))
@@ -344,6 +381,7 @@ func TestBadInputNeverReachesRedis(t *testing.T) {
 		"reschedule no id": func() error { _, err := q.Reschedule(ctx, "", After(time.Second)); return err },
 		"dead 0":           func() error { _, err := q.Dead(ctx, 0); return err },
 		"revive no id":     func() error { return q.Revive(ctx, "") },
+		"position no id":   func() error { _, err := q.Position(ctx, ""); return err },
 	} {
 		if err := call(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)

@@ -54,6 +54,10 @@ var (
 	statsLua    string
 	statsScript = newScript(statsLua)
 
+	//go:embed position.lua
+	positionLua    string
+	positionScript = newScript(positionLua)
+
 	//go:embed periodic.lua
 	periodicLua    string
 	periodicScript = newScript(periodicLua)
