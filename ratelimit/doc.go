@@ -97,7 +97,10 @@
 // admits exactly Threshold; the ban is one key written with its expiry in
 // the same command, so it always ends, and Verdict.BanLeft says when. Hits
 // during a ban neither count nor lengthen it, unless Penalty.Extend asks
-// for that. Banned only looks; Pardon lifts a ban.
+// for that. Banned only looks; Pardon lifts a ban. Limiter.PenaltyMiddleware
+// puts a penalty box in front of a net/http handler: every request is a
+// hit, and a banned key's requests get 429 with a Retry-After of the ban's
+// remaining seconds instead of reaching the handler.
 //
 // # HTTP
 //

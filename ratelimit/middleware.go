@@ -77,7 +77,8 @@ func ByHeader(name string) KeyFunc {
 // WithPolicyName says otherwise.
 const DefaultPolicyName = "default"
 
-// A MiddlewareOption configures Limiter.Middleware.
+// A MiddlewareOption configures Limiter.Middleware or
+// Limiter.PenaltyMiddleware.
 type MiddlewareOption func(*middlewareConfig)
 
 type middlewareConfig struct {
@@ -86,6 +87,7 @@ type middlewareConfig struct {
 	hook     func(*http.Request, error)
 	denied   func(http.ResponseWriter, *http.Request, Decision)
 	legacy   bool
+	banned   func(http.ResponseWriter, *http.Request, Verdict)
 }
 
 // WithPolicyName names the policy a response's RateLimit and
@@ -94,6 +96,7 @@ type middlewareConfig struct {
 // that a client can tell which one it is up against. Default: every
 // check is DefaultPolicyName, "default". Characters a structured-field
 // string cannot carry (anything but printable ASCII) become '?'.
+// PenaltyMiddleware sends no RateLimit headers and ignores it.
 func WithPolicyName(name func(c Check) string) MiddlewareOption {
 	return func(c *middlewareConfig) {
 		if name != nil {
@@ -127,6 +130,7 @@ func WithErrorHook(hook func(r *http.Request, err error)) MiddlewareOption {
 // must write the status (429 Too Many Requests, normally) and body; d
 // holds every limit's verdict, and d.Strictest() the one the headers
 // report. Default: 429 with the body "Too Many Requests".
+// PenaltyMiddleware ignores it; see WithBannedHandler.
 func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Decision)) MiddlewareOption {
 	return func(c *middlewareConfig) {
 		if h != nil {
@@ -138,7 +142,8 @@ func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Decision
 // WithLegacyHeaders also sends X-RateLimit-Limit (the policy's quota),
 // X-RateLimit-Remaining and X-RateLimit-Reset (seconds, as in the
 // RateLimit header's t), for clients written against the de facto headers
-// that predate the IETF draft. Default: off.
+// that predate the IETF draft. Default: off. PenaltyMiddleware sends no
+// rate-limit headers and ignores it.
 func WithLegacyHeaders() MiddlewareOption {
 	return func(c *middlewareConfig) { c.legacy = true }
 }
@@ -263,18 +268,25 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // fail answers a request that could not be decided.
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if m.cfg.hook != nil {
-		m.cfg.hook(r, err)
+	m.cfg.fail(w, r, m.next, err)
+}
+
+// fail answers a request that a middleware with this configuration could
+// not decide, serving next if failing open applies. Both middlewares share
+// it so that they answer errors alike.
+func (c *middlewareConfig) fail(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	if c.hook != nil {
+		c.hook(r, err)
 	}
 	switch {
 	case errors.Is(err, ErrInvalid):
 		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 	case errors.Is(err, ErrNoKey):
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
-	case m.cfg.failOpen && r.Context().Err() == nil:
+	case c.failOpen && r.Context().Err() == nil:
 		// A request whose client has gone (the likeliest cause of a
 		// context error) is not worth serving.
-		m.next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 	default:
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 	}
