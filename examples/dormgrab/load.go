@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type crowd struct {
 	failures  atomic.Int64 // 5xx or transport errors
 	mu        sync.Mutex
 	latencies []time.Duration // every request's round trip
+	answers   []time.Duration // an honest grab's click to its answer on the page
 	errs      []string        // the first few failures, for the report
 
 	// What the students saw.
@@ -311,7 +313,7 @@ func (c *crowd) undoAndAgain(ctx context.Context, s *student, rng *rand.Rand) {
 			c.undos.Add(1)
 			a, err := c.call(ctx, s.id, "POST", "/undo", nil)
 			if err == nil && a.code == http.StatusAccepted {
-				c.await(ctx, s, a)
+				c.await(ctx, s)
 			}
 		}()
 	}
@@ -324,11 +326,19 @@ func (c *crowd) undoAndAgain(ctx context.Context, s *student, rng *rand.Rand) {
 // decide grabs (dorm "" for "grab for me") and returns the outcome: at
 // once in preemptive mode; in queued mode the request waits in line and
 // the student watches the status page until it is decided.
-func (c *crowd) decide(ctx context.Context, s *student, dorm string) string {
+func (c *crowd) decide(ctx context.Context, s *student, dorm string) (outcome string) {
 	path := "/grab"
 	if dorm != "" {
 		path += "?dorm=" + dorm
 	}
+	clicked := time.Now()
+	defer func() {
+		if outcome != "" {
+			c.mu.Lock()
+			c.answers = append(c.answers, time.Since(clicked))
+			c.mu.Unlock()
+		}
+	}()
 	a, err := c.call(ctx, s.id, "POST", path, nil)
 	switch {
 	case err != nil:
@@ -340,23 +350,17 @@ func (c *crowd) decide(ctx context.Context, s *student, dorm string) string {
 		c.fail(fmt.Sprintf("honest student %s refused before their start: %v", s.id, a.body))
 		return ""
 	case a.code == http.StatusAccepted:
-		return c.await(ctx, s, a)
+		return c.await(ctx, s)
 	}
 	return a.state()
 }
 
-// await polls the status page until the party's request is decided, as
-// often as the page says: more rarely while many requests are ahead.
-func (c *crowd) await(ctx context.Context, s *student, a answer) string {
+// await asks the status page until the party's request is decided; the
+// page answers as soon as it is (or after a while, and is asked again).
+func (c *crowd) await(ctx context.Context, s *student) string {
 	deadline := time.Now().Add(c.cfg.timeout)
 	for time.Now().Before(deadline) {
-		wait := c.cfg.poll
-		if ms, ok := a.body["poll_in_ms"].(float64); ok {
-			wait = time.Duration(ms) * time.Millisecond
-		}
-		time.Sleep(wait)
-		var err error
-		a, err = c.call(ctx, s.id, "GET", "/status", nil)
+		a, err := c.call(ctx, s.id, "GET", "/status?wait_ms="+strconv.FormatInt(c.cfg.longPoll.Milliseconds(), 10), nil)
 		switch {
 		case err != nil:
 			return ""

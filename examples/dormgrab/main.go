@@ -70,6 +70,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -88,10 +89,12 @@ func main() {
 	modes := flag.String("modes", "preemptive,queued", "the modes to run, in order")
 	flag.IntVar(&cfg.students, "students", cfg.students, "students")
 	flag.IntVar(&cfg.batches, "batches", cfg.batches, "batches (each its own dorms and queue)")
-	flag.IntVar(&cfg.beds, "beds", cfg.beds, "beds per dorm (the largest group)")
+	flag.IntVar(&cfg.beds, "beds", cfg.beds, "beds per dorm")
+	flag.IntVar(&cfg.groupMax, "group-max", cfg.groupMax, "the largest group (at most -beds)")
 	flag.Float64Var(&cfg.fill, "fill", cfg.fill, "beds per student")
 	flag.Float64Var(&cfg.groups, "groups", cfg.groups, "share of parties that are groups of 2 or more")
 	flag.IntVar(&cfg.wishes, "wishes", cfg.wishes, "dorms each student puts on the wish list")
+	flag.Float64Var(&cfg.skew, "skew", cfg.skew, "how much the wish lists agree (a Zipf exponent, above 1: higher, fewer popular dorms)")
 	flag.Float64Var(&cfg.abusers, "abusers", cfg.abusers, "share of students whose scripts hammer the service")
 	flag.Float64Var(&cfg.undoers, "undoers", cfg.undoers, "share of students who undo their pick and grab again")
 	flag.DurationVar(&cfg.countdown, "countdown", cfg.countdown, "the countdown before the opening")
@@ -99,7 +102,7 @@ func main() {
 	flag.DurationVar(&cfg.lockTTL, "lock-ttl", cfg.lockTTL, "lock lease (renewed while held)")
 	flag.DurationVar(&cfg.stall, "stall", cfg.stall, "stall about one grab in 50 this long while it holds a dorm lock, as a descheduled thread would (the lease is renewed meanwhile: nobody else gets the lock)")
 	flag.DurationVar(&cfg.ttl, "ttl", cfg.ttl, "how long the run's keys live")
-	flag.IntVar(&cfg.conns, "conns", cfg.conns, "HTTP connections from the crowd to the service")
+	flag.IntVar(&cfg.conns, "conns", cfg.conns, "most HTTP connections from the crowd to the service at once (0: no limit, a browser each)")
 	flag.Uint64Var(&cfg.seed, "seed", cfg.seed, "random seed (0: a new one each run)")
 	flag.Parse()
 
@@ -177,7 +180,9 @@ func connect(addr, cluster string) (redis.UniversalClient, func(), error) {
 
 type config struct {
 	students, batches, beds, wishes int
+	groupMax                        int
 	fill, groups, abusers, undoers  float64
+	skew                            float64
 	threshold                       int64         // hits a second a student may make on one endpoint
 	busyFor                         time.Duration // the ban after the opening
 	startDelay                      time.Duration // a start put back before the opening, per ban
@@ -186,7 +191,7 @@ type config struct {
 	spread                          time.Duration // the crowd arrives within this of the opening
 	hammer                          time.Duration // an abuser's script sends a request this often
 	think                           time.Duration // a human's pause between clicks, on average
-	poll                            time.Duration // a waiting page polls its status this often
+	longPoll                        time.Duration // the longest a status page waits for a decision
 	lockTTL                         time.Duration
 	stall                           time.Duration // stall grabs under a dorm lock this long...
 	stallEvery                      int64         // ...when the lock's fence is a multiple of this
@@ -198,11 +203,13 @@ type config struct {
 
 func defaults() config {
 	return config{
-		students:   2000,
+		students:   1000,
 		batches:    2,
 		beds:       4,
+		groupMax:   4,
 		wishes:     6,
 		fill:       0.95,
+		skew:       1.2,
 		groups:     0.15,
 		abusers:    0.02,
 		undoers:    0.08,
@@ -214,12 +221,12 @@ func defaults() config {
 		spread:     50 * time.Millisecond,
 		hammer:     10 * time.Millisecond,
 		think:      30 * time.Millisecond,
-		poll:       200 * time.Millisecond,
+		longPoll:   5 * time.Second,
 		lockTTL:    10 * time.Second,
 		stallEvery: 50,
 		ttl:        time.Hour,
 		timeout:    30 * time.Second,
-		conns:      128,
+		conns:      0,
 	}
 }
 
@@ -227,12 +234,14 @@ func (c config) check() error {
 	switch {
 	case c.students < 1 || c.batches < 1 || c.students < c.batches:
 		return errors.New("-students and -batches must be at least 1, with a student per batch")
-	case c.beds < 2:
-		return errors.New("-beds must be at least 2")
+	case c.beds < 2 || c.groupMax < 2 || c.groupMax > c.beds:
+		return errors.New("-beds and -group-max must be at least 2, and a group must fit in a dorm")
 	case c.wishes < 1:
 		return errors.New("-wishes must be at least 1")
 	case c.fill <= 0:
 		return errors.New("-fill must be positive")
+	case c.skew <= 1:
+		return errors.New("-skew must be above 1")
 	case c.groups < 0 || c.groups > 1 || c.abusers < 0 || c.undoers < 0 || c.abusers+c.undoers > 1:
 		return errors.New("-groups, -abusers and -undoers must be shares (0 to 1), the last two adding up to at most 1")
 	case c.countdown < 100*time.Millisecond:
@@ -243,8 +252,8 @@ func (c config) check() error {
 		return errors.New("-stall must not be negative")
 	case c.ttl < time.Minute:
 		return errors.New("-ttl must be at least a minute")
-	case c.conns < 1:
-		return errors.New("-conns must be at least 1")
+	case c.conns < 0:
+		return errors.New("-conns must not be negative")
 	}
 	return nil
 }
@@ -261,6 +270,8 @@ type modeResult struct {
 	audit          audit
 	decisions      []time.Duration // a grab's arrival to its decision, server side
 	requests       []time.Duration // every HTTP round trip
+	answers        []time.Duration // honest grabs, click to answer
+	commands       int64           // Redis commands the service sent
 	outcomes       map[string]int
 	elapsed        time.Duration // the opening to the last honest student done
 	crowd          *crowd
@@ -282,11 +293,17 @@ func grabDay(ctx context.Context, rdb redis.UniversalClient, cfg config, modes .
 	cp := newCampus(cfg, rand.New(rand.NewPCG(cfg.seed, 1)))
 	rep := &report{cfg: cfg, campus: cp}
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	commands := &commandCounter{}
+	rdb.AddHook(commands)
+	defer commands.current.Store(nil)
 	for _, m := range modes {
+		var sent atomic.Int64
+		commands.current.Store(&sent)
 		res, err := runMode(ctx, rdb, cfg, cp, m, runID)
 		if err != nil {
 			return nil, fmt.Errorf("%s mode: %w", m, err)
 		}
+		res.commands = sent.Load()
 		rep.results = append(rep.results, res)
 	}
 	return rep, nil
@@ -341,13 +358,21 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 		}
 	}
 
+	if m == queued {
+		stopListening, err := sv.listen(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer stopListening()
+	}
+
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	hs := &http.Server{Handler: sv.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	transport := &http.Transport{MaxIdleConnsPerHost: cfg.conns, MaxConnsPerHost: cfg.conns}
+	transport := &http.Transport{MaxIdleConnsPerHost: max(cfg.conns, 1024), MaxConnsPerHost: cfg.conns}
 	c := &crowd{cfg: cfg, base: "http://" + ln.Addr().String(), client: &http.Client{Transport: transport, Timeout: cfg.timeout}, mode: m}
 	defer func() {
 		_ = hs.Shutdown(context.WithoutCancel(ctx))
@@ -436,6 +461,7 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 	sv.mu.Unlock()
 	c.mu.Lock()
 	res.requests = slices.Clone(c.latencies)
+	res.answers = slices.Clone(c.answers)
 	c.mu.Unlock()
 	return res, nil
 }
@@ -524,8 +550,13 @@ func (rep *report) print(w io.Writer) {
 	row("honest students penalised (must be 0)", func(r *modeResult) string { return fmt.Sprint(r.honestBanned()) })
 	row("keys without a TTL (must be 0)", func(r *modeResult) string { return fmt.Sprintf("%d of %d", r.keysNoTTL, r.keys) })
 	row("grabs decided", func(r *modeResult) string { return fmt.Sprint(len(r.decisions)) })
-	row("grab decided in, p50", func(r *modeResult) string { return round(quantile(r.decisions, 50)) })
-	row("grab decided in, p99", func(r *modeResult) string { return round(quantile(r.decisions, 99)) })
+	row("  arrival to decision, p50", func(r *modeResult) string { return round(quantile(r.decisions, 50)) })
+	row("  arrival to decision, p99", func(r *modeResult) string { return round(quantile(r.decisions, 99)) })
+	row("  click to answer on the page, p50", func(r *modeResult) string { return round(quantile(r.answers, 50)) })
+	row("  click to answer on the page, p99", func(r *modeResult) string { return round(quantile(r.answers, 99)) })
+	row("Redis commands per grab decided", func(r *modeResult) string {
+		return fmt.Sprintf("%.1f", float64(r.commands)/float64(max(len(r.decisions), 1)))
+	})
 	row("HTTP requests", func(r *modeResult) string { return fmt.Sprint(r.crowd.requests.Load()) })
 	row("HTTP round trip, p50", func(r *modeResult) string { return round(quantile(r.requests, 50)) })
 	row("HTTP round trip, p99", func(r *modeResult) string { return round(quantile(r.requests, 99)) })

@@ -22,7 +22,6 @@ func TestBothModesKeepEveryInvariant(t *testing.T) {
 		cfg.abusers = 0.05
 		cfg.undoers = 0.15
 		cfg.countdown = 1500 * time.Millisecond
-		cfg.conns = 32
 		cfg.seed = 7
 		rep, err := grabDay(context.Background(), b.Client(t), cfg, preemptive, queued)
 		if err != nil {

@@ -92,7 +92,7 @@ func newCampus(cfg config, rng *rand.Rand) *campus {
 		for d := range dorms {
 			bt.dorms = append(bt.dorms, dorm{id: fmt.Sprintf("%s-d%03d", bt.id, d+1), beds: cfg.beds})
 		}
-		zipf := rand.NewZipf(rng, 1.2, 4, uint64(dorms-1))
+		zipf := rand.NewZipf(rng, cfg.skew, 4, uint64(dorms-1))
 		wishes := func() []string {
 			var w []string
 			for len(w) < min(cfg.wishes, dorms) {
@@ -106,7 +106,7 @@ func newCampus(cfg config, rng *rand.Rand) *campus {
 		for left := size; left > 0; {
 			members := 1
 			if rng.Float64() < cfg.groups {
-				members = min(2+rng.IntN(cfg.beds-1), left)
+				members = min(2+rng.IntN(cfg.groupMax-1), left)
 			}
 			p := &party{batch: bt, group: members > 1}
 			for range members {
@@ -308,9 +308,13 @@ func (s *store) ticket(ctx context.Context, p *party) (int64, bool, error) {
 	return res[0], res[1] == 1, nil
 }
 
-// finish records the outcome of p's queued request.
+// decidedChannel is where the queued mode announces each decision of b's
+// requests (the party's id), for status pages waiting on one.
+func (s *store) decidedChannel(b *batch) string { return "{" + s.prefix + b.id + "}:decided" }
+
+// finish records the outcome of p's queued request and announces it.
 func (s *store) finish(ctx context.Context, p *party, ticket int64, outcome string) error {
-	return finishScript.Run(ctx, s.rdb, []string{s.stateKey(p.batch)}, p.id, ticket, outcome).Err()
+	return finishScript.Run(ctx, s.rdb, []string{s.stateKey(p.batch)}, p.id, ticket, outcome, s.decidedChannel(p.batch)).Err()
 }
 
 // pending returns the ticket of p's waiting request, or 0.

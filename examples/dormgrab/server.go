@@ -40,10 +40,10 @@ type server struct {
 	opening atomic.Pointer[time.Time]
 
 	mu             sync.Mutex
-	decisions      []time.Duration // from a grab's arrival to its decision
-	outcomes       map[string]int  // decided grabs by outcome
-	consumerErrors []string        // the first few errors of the queued mode's consumers
-	perRequest     atomic.Int64    // the consumers' time per request, a moving average in ns
+	decisions      []time.Duration                   // from a grab's arrival to its decision
+	outcomes       map[string]int                    // decided grabs by outcome
+	consumerErrors []string                          // the first few errors of the queued mode's consumers
+	watchers       map[string]map[chan struct{}]bool // status pages waiting on a party's decision
 }
 
 func (sv *server) consumerError(err error) {
@@ -459,31 +459,17 @@ func (sv *server) enqueue(w http.ResponseWriter, r *http.Request, p *party, req 
 // place is what the status page says of a waiting request.
 func (sv *server) place(p *party, ticket, ahead int64) map[string]any {
 	total := len(p.batch.parties)
-	// The page looks again about when the requests ahead should be done:
-	// a crowd polling as fast as it can would slow the service it waits on.
-	poll := time.Duration(ahead+1) * time.Duration(sv.perRequest.Load())
-	poll = min(max(poll, sv.cfg.poll), maxPoll)
 	return map[string]any{
-		"state":      "waiting",
-		"number":     ticket,
-		"ahead":      ahead,
-		"poll_in_ms": poll.Milliseconds(),
+		"state":  "waiting",
+		"number": ticket,
+		"ahead":  ahead,
 		"message": fmt.Sprintf("you are number %d in batch %s; %d requests ahead of you; %.0f%% of the batch's parties came after you",
 			ticket, p.batch.id, ahead, 100*max(0, float64(total)-float64(ticket))/float64(total)),
 	}
 }
 
-// maxPoll is the longest a waiting page goes without looking.
-const maxPoll = 2 * time.Second
-
 // consume is the handler of a batch's one consumer.
 func (sv *server) consume(ctx context.Context, d *delayqueue.Delivery) error {
-	started := time.Now()
-	defer func() {
-		took := int64(time.Since(started))
-		old := sv.perRequest.Load()
-		sv.perRequest.Store(old - old/8 + took/8)
-	}()
 	var req request
 	if err := json.Unmarshal(d.Payload, &req); err != nil {
 		return delayqueue.Permanent(err)
@@ -535,44 +521,122 @@ func (sv *server) grabQueued(ctx context.Context, p *party, dorms []string) (str
 	return "", err
 }
 
+// status says where the student's party stands. In queued mode a page
+// waiting for its request asks with ?wait_ms=: the answer then comes when
+// the request is decided (or the wait ends), so that a crowd of waiting
+// pages does not poll the service it waits on.
 func (sv *server) status(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := sv.who(r).party
-	if sv.mode == queued {
-		ticket, err := sv.store.pending(ctx, p)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		if ticket > 0 {
-			ahead, err := sv.queues[p.batch.id].Position(ctx, jobID(ticket))
-			if err != nil && !errors.Is(err, delayqueue.ErrInFlight) && !errors.Is(err, delayqueue.ErrNotFound) {
-				fail(w, err)
-				return
-			}
-			reply(w, http.StatusOK, sv.place(p, ticket, ahead))
-			return
-		}
-		res, err := sv.store.result(ctx, p)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		if res != "" {
-			reply(w, http.StatusOK, map[string]any{"state": res})
-			return
-		}
+	wait, _ := strconv.Atoi(r.URL.Query().Get("wait_ms"))
+	var decided <-chan struct{}
+	if sv.mode == queued && wait > 0 {
+		// Watch before looking, so that a decision made in between is
+		// not missed.
+		var stop func()
+		decided, stop = sv.watch(p)
+		defer stop()
 	}
-	d, err := sv.store.placedIn(ctx, p)
+	st, err := sv.statusOf(ctx, p)
+	if err == nil && st["state"] == "waiting" && decided != nil {
+		timer := time.NewTimer(min(time.Duration(wait)*time.Millisecond, sv.cfg.longPoll))
+		defer timer.Stop()
+		select {
+		case <-decided:
+		case <-timer.C: // a lost notice costs one wait at most
+		case <-ctx.Done():
+			return
+		}
+		st, err = sv.statusOf(ctx, p)
+	}
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	state := "no bed"
-	if d != "" {
-		state = placedPrefix + d
+	reply(w, http.StatusOK, st)
+}
+
+func (sv *server) statusOf(ctx context.Context, p *party) (map[string]any, error) {
+	if sv.mode == queued {
+		ticket, err := sv.store.pending(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if ticket > 0 {
+			ahead, err := sv.queues[p.batch.id].Position(ctx, jobID(ticket))
+			if err != nil && !errors.Is(err, delayqueue.ErrInFlight) && !errors.Is(err, delayqueue.ErrNotFound) {
+				return nil, err
+			}
+			return sv.place(p, ticket, ahead), nil
+		}
+		res, err := sv.store.result(ctx, p)
+		if err != nil || res != "" {
+			return map[string]any{"state": res}, err
+		}
 	}
-	reply(w, http.StatusOK, map[string]any{"state": state})
+	d, err := sv.store.placedIn(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if d == "" {
+		return map[string]any{"state": "no bed"}, nil
+	}
+	return map[string]any{"state": placedPrefix + d}, nil
+}
+
+// watch returns a channel closed when p's queued request is decided, and a
+// function to stop watching.
+func (sv *server) watch(p *party) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	sv.mu.Lock()
+	if sv.watchers == nil {
+		sv.watchers = map[string]map[chan struct{}]bool{}
+	}
+	if sv.watchers[p.id] == nil {
+		sv.watchers[p.id] = map[chan struct{}]bool{}
+	}
+	sv.watchers[p.id][ch] = true
+	sv.mu.Unlock()
+	return ch, func() {
+		sv.mu.Lock()
+		delete(sv.watchers[p.id], ch)
+		if len(sv.watchers[p.id]) == 0 {
+			delete(sv.watchers, p.id)
+		}
+		sv.mu.Unlock()
+	}
+}
+
+// listen subscribes to the batches' decision channels and wakes the pages
+// waiting on each decision, until ctx ends. It returns once subscribed.
+func (sv *server) listen(ctx context.Context) (stop func(), err error) {
+	channels := make([]string, len(sv.campus.batches))
+	for i, b := range sv.campus.batches {
+		channels[i] = sv.store.decidedChannel(b)
+	}
+	ps := sv.store.rdb.Subscribe(ctx, channels...)
+	for range channels {
+		if _, err := ps.Receive(ctx); err != nil { // the confirmations
+			_ = ps.Close()
+			return nil, err
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for msg := range ps.Channel() {
+			sv.mu.Lock()
+			for ch := range sv.watchers[msg.Payload] {
+				close(ch)
+			}
+			delete(sv.watchers, msg.Payload)
+			sv.mu.Unlock()
+		}
+	}()
+	return func() {
+		_ = ps.Close()
+		<-done
+	}, nil
 }
 
 func reply(w http.ResponseWriter, code int, body any) {
