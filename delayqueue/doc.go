@@ -75,6 +75,13 @@
 // waits up to ShutdownTimeout for its handlers, then cancels them and
 // releases their jobs, due again at once. See Worker for the details.
 //
+// Queue.NewBatchWorker runs a BatchHandler instead, with up to a given
+// number of jobs claimed together, in queue order: one claim, one renewal
+// and one ack per batch rather than per job, and the batch succeeds or
+// fails as a whole. With Concurrency(1) it is a single consumer that sees
+// the jobs strictly in order: a FIFO of requests served by one owner (no
+// locks) that still does one round trip for many requests.
+//
 // # Periodic jobs
 //
 // Queue.Periodic runs a Schedule (Every, or a Cron expression) by

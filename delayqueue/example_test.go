@@ -120,3 +120,45 @@ func ExampleQueue_Position() {
 	// cho has 1 requests ahead
 	// ann's request in flight: true
 }
+
+// One consumer serving a FIFO of requests in order, many at a time: the
+// batch handler gets the jobs claimed together, in queue order, and they
+// are acked with one call when it returns nil.
+func ExampleQueue_NewBatchWorker() {
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+
+	q, err := delayqueue.New(rdb, "requests")
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	opening := time.Date(2026, 9, 1, 9, 0, 0, 0, time.UTC)
+	for ticket := 1; ticket <= 5; ticket++ {
+		id := fmt.Sprintf("%09d", ticket)
+		if _, err := q.Enqueue(ctx, []byte("request "+id), delayqueue.WithID(id), delayqueue.At(opening)); err != nil {
+			panic(err)
+		}
+	}
+	served := 0
+	w, err := q.NewBatchWorker(func(ctx context.Context, ds []*delayqueue.Delivery) error {
+		for _, d := range ds {
+			fmt.Printf("%s ", d.Payload)
+		}
+		fmt.Println("(one batch)")
+		if served += len(ds); served == 5 {
+			stop()
+		}
+		return nil // acks the whole batch
+	}, 64)
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// request 000000001 request 000000002 request 000000003 request 000000004 request 000000005 (one batch)
+}

@@ -388,16 +388,29 @@ func (d *Delivery) Extend(ctx context.Context, lease time.Duration) error {
 	if lease < time.Millisecond {
 		return fmt.Errorf("%w: lease %v must be at least 1ms", ErrInvalid, lease)
 	}
-	args := append(d.q.args(extendScript, 3), d.ID, d.token, lease.Milliseconds())
-	until, err := extendScript.Int(ctx, d.q.rdb, args)
+	until, err := d.q.extend(ctx, lease, []*Delivery{d})
 	if err != nil {
 		return fmt.Errorf("delayqueue: extend %q: %w", d.ID, err)
 	}
-	if until == 0 {
+	if until[0] == 0 {
 		return fmt.Errorf("delayqueue: extend %q: %w", d.ID, ErrLeaseLost)
 	}
-	d.LeaseUntil = time.UnixMilli(until)
+	d.LeaseUntil = time.UnixMilli(until[0])
 	return nil
+}
+
+// extend renews the leases of ds in one call and returns each one's new
+// deadline in ms, 0 for a delivery that no longer holds its job.
+func (q *Queue) extend(ctx context.Context, lease time.Duration, ds []*Delivery) ([]int64, error) {
+	args := append(q.args(extendScript, 1+2*len(ds)), lease.Milliseconds())
+	for _, d := range ds {
+		args = append(args, d.ID, d.token)
+	}
+	until, err := extendScript.Ints(ctx, q.rdb, args)
+	if err == nil && len(until) != len(ds) {
+		err = fmt.Errorf("%d integers in reply, want %d", len(until), len(ds))
+	}
+	return until, err
 }
 
 // Cancel removes a waiting job. A job in flight cannot be taken back

@@ -16,7 +16,9 @@ import (
 
 // A Worker runs a Handler for the jobs of a Queue: it claims due jobs when
 // it has a free handler slot, renews their leases while its handlers run,
-// and acks, retries or buries each job by what its handler returned.
+// and acks, retries or buries each job by what its handler returned. A
+// batch Worker (NewBatchWorker) does the same with a BatchHandler, which
+// gets several jobs at a time.
 //
 // # Waking up
 //
@@ -53,9 +55,11 @@ import (
 // was sent, so no later than Redis frees the job. A handler whose job may
 // run twice must be idempotent.
 type Worker struct {
-	q   *Queue
-	h   Handler
-	cfg workerConfig
+	q    *Queue
+	h    Handler      // or:
+	bh   BatchHandler // with up to size deliveries at a time
+	size int
+	cfg  workerConfig
 }
 
 // Handler handles one job. Returning nil acks it; an error nacks it
@@ -70,6 +74,18 @@ type Worker struct {
 // not call d.Ack, d.Nack or d.Bury, and need not call d.Extend.
 // d.LeaseUntil is the end of the first lease, not updated by renewals.
 type Handler func(ctx context.Context, d *Delivery) error
+
+// BatchHandler handles jobs claimed together: up to the batch size given to
+// NewBatchWorker, in the order the queue hands them out (by due time, then
+// id). Returning nil acks them all, in one call; an error nacks them all
+// (Permanent buries them all). A panic is recovered and counts as an error.
+// So a batch succeeds or fails as a whole: return nil only once every job
+// in it is done.
+//
+// ctx is cancelled when the lease of any of the deliveries is lost, or when
+// the worker's shutdown timeout passes, as for a Handler; the worker renews
+// all the leases with one call, and finishes the deliveries itself.
+type BatchHandler func(ctx context.Context, ds []*Delivery) error
 
 // errGoexit is how a handler that called runtime.Goexit (t.FailNow, say)
 // fails its job.
@@ -226,8 +242,36 @@ func (q *Queue) NewWorker(h Handler, opts ...WorkerOption) (*Worker, error) {
 			return nil, err
 		}
 	}
-	return &Worker{q: q, h: h, cfg: cfg}, nil
+	return &Worker{q: q, h: h, size: 1, cfg: cfg}, nil
 }
+
+// NewBatchWorker returns a Worker that runs h for the jobs of q, handing it
+// up to size jobs claimed together: a consumer that makes one round trip
+// for a batch of jobs instead of one per job. With Concurrency(1), the
+// default, it is a single consumer that sees the jobs strictly in queue
+// order, batch after batch. It does nothing until Run.
+//
+// A claim takes up to size jobs for each free handler (Concurrency of
+// them), so a batch holds what was due at the claim: a queue that fills
+// one job at a time hands out batches of one until it backs up.
+func (q *Queue) NewBatchWorker(h BatchHandler, size int, opts ...WorkerOption) (*Worker, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalid)
+	}
+	if size < 1 || size > maxBatch {
+		return nil, fmt.Errorf("%w: batch size %d must be 1 to %d", ErrInvalid, size, maxBatch)
+	}
+	w, err := q.NewWorker(func(context.Context, *Delivery) error { return nil }, opts...)
+	if err != nil {
+		return nil, err
+	}
+	w.h, w.bh, w.size = nil, h, size
+	return w, nil
+}
+
+// maxBatch bounds a BatchHandler's batch: a claim of that many jobs and
+// their acks each stay one modest script call.
+const maxBatch = 1024
 
 // Run claims and handles jobs until ctx ends, then shuts down gracefully:
 // it stops claiming at once, waits up to the ShutdownTimeout for the
@@ -250,7 +294,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		cfg:  &w.cfg,
 		jobs: make(chan *workerJob, w.cfg.concurrency),
 		done: make(chan *workerJob, w.cfg.concurrency),
-		acks: make(chan *Delivery, w.cfg.concurrency),
+		acks: make(chan []*Delivery, w.cfg.concurrency),
 		wake: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 	}
@@ -315,7 +359,7 @@ type workerRun struct {
 	active map[*workerJob]struct{}
 	jobs   chan *workerJob // to the handler goroutines; capacity Concurrency
 	done   chan *workerJob // handlers that finished; capacity Concurrency
-	acks   chan *Delivery  // to the acker, which batches them
+	acks   chan []*Delivery // to the acker, which batches them
 	stop   chan struct{}   // closed when Run stops claiming
 
 	// The earliest due time notified since the loop last looked, in ms by
@@ -326,14 +370,14 @@ type workerRun struct {
 	wake      chan struct{}
 }
 
-// workerJob is one delivery being handled.
+// workerJob is one handler call: one delivery, or a batch of them.
 type workerJob struct {
-	d      *Delivery
+	ds     []*Delivery
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	state atomic.Int32 // jobRunning, then jobFinishing or jobTaken
-	lost  atomic.Bool  // renewal found the lease gone
+	state atomic.Int32  // jobRunning, then jobFinishing or jobTaken
+	lost  []atomic.Bool // renewal found the delivery's lease gone
 
 	// Renewal runs on a timer's goroutine, only when the timer fires: a
 	// handler shorter than a third of the lease costs no goroutine.
@@ -416,7 +460,7 @@ func (r *workerRun) loop(ctx context.Context) {
 		if pending && free > 0 && !time.Now().Before(retryAt) {
 			pending = false
 			sent := time.Now()
-			ds, next, err := r.q.Claim(r.hard, free, r.cfg.lease)
+			ds, next, err := r.q.Claim(r.hard, free*r.w.size, r.cfg.lease)
 			poll.Reset(pollJitter(r.cfg.pollInterval))
 			switch {
 			case err != nil:
@@ -429,12 +473,15 @@ func (r *workerRun) loop(ctx context.Context) {
 				pending = true
 			case len(ds) > 0:
 				backoff, early = 0, 0
-				for _, d := range ds {
-					r.start(d, sent)
+				claimed := len(ds)
+				for len(ds) > 0 {
+					n := min(r.w.size, len(ds))
+					r.start(ds[:n:n], sent)
+					ds = ds[n:]
 				}
 				// As many as asked for: more may be due; claim again when a
 				// slot frees. Fewer: sleep until the next is due.
-				if len(ds) < free {
+				if claimed < free*r.w.size {
 					plan(next)
 				}
 			default:
@@ -503,10 +550,10 @@ func (r *workerRun) loop(ctx context.Context) {
 	}
 }
 
-// start runs the handler for d, which a claim sent at sent returned, and
-// renews its lease meanwhile.
-func (r *workerRun) start(d *Delivery, sent time.Time) {
-	j := &workerJob{d: d, deadline: sent.Add(r.cfg.lease)}
+// start runs the handler for ds, which a claim sent at sent returned, and
+// renews their leases meanwhile.
+func (r *workerRun) start(ds []*Delivery, sent time.Time) {
+	j := &workerJob{ds: ds, lost: make([]atomic.Bool, len(ds)), deadline: sent.Add(r.cfg.lease)}
 	j.ctx, j.cancel = context.WithCancelCause(r.hard)
 	j.renewMu.Lock()
 	j.renewTimer = time.AfterFunc(r.cfg.lease/3, func() { r.renew(j) })
@@ -543,18 +590,26 @@ func (r *workerRun) work(j *workerJob) {
 		}
 		j.cancel(context.Canceled)
 		j.endRenewal()
-		if !j.state.CompareAndSwap(jobRunning, jobFinishing) || j.lost.Load() {
+		if !j.state.CompareAndSwap(jobRunning, jobFinishing) {
 			r.done <- j
 			return
 		}
 		if err == nil {
 			// The acker batches acks; the slot is free meanwhile.
-			r.acks <- j.d
+			held := make([]*Delivery, 0, len(j.ds))
+			for i, d := range j.ds {
+				if !j.lost[i].Load() {
+					held = append(held, d)
+				}
+			}
+			if len(held) > 0 {
+				r.acks <- held
+			}
 			r.done <- j
 			return
 		}
 		r.done <- j
-		r.finish(j.d, err)
+		r.finishAll(j, err)
 	}()
 	defer func() {
 		if v := recover(); v != nil {
@@ -563,8 +618,22 @@ func (r *workerRun) work(j *workerJob) {
 			err, returned = p, true
 		}
 	}()
-	err = r.w.h(j.ctx, j.d)
+	if r.w.bh != nil {
+		err = r.w.bh(j.ctx, j.ds)
+	} else {
+		err = r.w.h(j.ctx, j.ds[0])
+	}
 	returned = true
+}
+
+// finishAll nacks, buries or releases by err the deliveries of j that still
+// hold their jobs.
+func (r *workerRun) finishAll(j *workerJob, err error) {
+	for i, d := range j.ds {
+		if !j.lost[i].Load() {
+			r.finish(d, err)
+		}
+	}
 }
 
 // finishTimeout bounds an ack or nack, which runs on a context of its own:
@@ -595,7 +664,8 @@ func (r *workerRun) finish(d *Delivery, err error) {
 	r.report(ferr)
 }
 
-// maxAckBatch bounds the deliveries acked in one call.
+// maxAckBatch bounds the deliveries of several handlers acked in one
+// call (a batch handler's are acked together, however many).
 const maxAckBatch = 256
 
 // ackLoop acks the deliveries sent on r.acks, those that queued up
@@ -603,16 +673,16 @@ const maxAckBatch = 256
 func (r *workerRun) ackLoop() {
 	defer r.wg.Done()
 	batch := make([]*Delivery, 0, maxAckBatch)
-	for d := range r.acks {
-		batch = append(batch[:0], d)
+	for ds := range r.acks {
+		batch = append(batch[:0], ds...)
 	more:
 		for len(batch) < maxAckBatch {
 			select {
-			case d, ok := <-r.acks:
+			case ds, ok := <-r.acks:
 				if !ok {
 					break more
 				}
-				batch = append(batch, d)
+				batch = append(batch, ds...)
 			default:
 				break more
 			}
@@ -674,20 +744,30 @@ func (r *workerRun) renew(j *workerJob) {
 	j.renewMu.Unlock()
 }
 
-// extend makes one renewal and returns when to make the next, or 0 for
-// never.
+// extend makes one renewal of all of j's leases and returns when to make
+// the next, or 0 for never.
 func (r *workerRun) extend(j *workerJob) time.Duration {
 	lease := r.cfg.lease
-	// A copy, so that Extend's update of LeaseUntil does not race with the
-	// handler reading its Delivery.
-	d := *j.d
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(j.ctx, j.deadline)
-	err := d.Extend(ctx, lease)
+	until, err := r.q.extend(ctx, lease, j.ds)
 	cancel()
+	d := j.ds[0]
+	if err == nil {
+		for i, u := range until {
+			if u == 0 {
+				// The others keep their leases, but the handler stops:
+				// the batch can no longer succeed as a whole.
+				j.lost[i].Store(true)
+				d, err = j.ds[i], ErrLeaseLost
+			}
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("delayqueue: extend %q: %w", d.ID, err)
+	}
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		j.lost.Store(true)
 		j.cancel(err)
 		return 0
 	case j.ctx.Err() != nil:
@@ -744,9 +824,7 @@ grace:
 		go func() {
 			defer nacks.Done()
 			j.endRenewal() // its context ended with the shutdown timeout
-			if !j.lost.Load() {
-				r.finish(j.d, ErrShutdown)
-			}
+			r.finishAll(j, ErrShutdown)
 		}()
 	}
 	nacks.Wait()
