@@ -357,10 +357,10 @@ type workerRun struct {
 
 	wg     sync.WaitGroup // every goroutine Run started
 	active map[*workerJob]struct{}
-	jobs   chan *workerJob // to the handler goroutines; capacity Concurrency
-	done   chan *workerJob // handlers that finished; capacity Concurrency
+	jobs   chan *workerJob  // to the handler goroutines; capacity Concurrency
+	done   chan *workerJob  // handlers that finished; capacity Concurrency
 	acks   chan []*Delivery // to the acker, which batches them
-	stop   chan struct{}   // closed when Run stops claiming
+	stop   chan struct{}    // closed when Run stops claiming
 
 	// The earliest due time notified since the loop last looked, in ms by
 	// the Redis clock; wake signals it.
