@@ -2,7 +2,7 @@
 -- wait if the request is still the one it waits on (a request delivered
 -- again after a consumer crashed may finish after the party has queued a
 -- newer one, whose ticket must stay), and tells the web servers, whose
--- status pages are waiting for it.
+-- status pages are waiting for it ("<party> <outcome>").
 --
 -- KEYS[1]  the batch's state hash: pending:<party> and result:<party>
 -- ARGV[1]  the party
@@ -14,5 +14,5 @@ redis.call('HSET', KEYS[1], 'result:' .. ARGV[1], ARGV[3])
 if redis.call('HGET', KEYS[1], pending) == ARGV[2] then
   redis.call('HDEL', KEYS[1], pending)
 end
-redis.call('PUBLISH', ARGV[4], ARGV[1])
+redis.call('PUBLISH', ARGV[4], ARGV[1] .. ' ' .. ARGV[3])
 return 1

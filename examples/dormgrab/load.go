@@ -185,16 +185,16 @@ func (c *crowd) addPicks(ctx context.Context, id string, picks []string) []strin
 // they arrive (before the opening is even announced) until the opening.
 func (c *crowd) countdown(ctx context.Context, s *student, rng *rand.Rand) {
 	if s.kind == abuser {
-		for ctx.Err() == nil {
+		c.hammer(ctx, func() bool {
 			if at := c.opening.Load(); at != nil && time.Until(*at) <= 0 {
-				return
+				return false
 			}
 			a, err := c.call(ctx, s.id, "GET", "/countdown", nil)
 			if err == nil && a.code == http.StatusTooManyRequests {
 				c.putBack.Store(s.id, true)
 			}
-			time.Sleep(c.cfg.hammer)
-		}
+			return true
+		})
 		return
 	}
 	opening := *c.opening.Load()
@@ -231,13 +231,29 @@ func (c *crowd) grab(ctx context.Context, s *student, rng *rand.Rand) {
 // abuse sends grab after grab, whatever the answer, until the honest
 // students are done.
 func (c *crowd) abuse(ctx context.Context, s *student) {
-	for ctx.Err() == nil {
+	c.hammer(ctx, func() bool {
 		a, err := c.call(ctx, s.id, "POST", "/grab", nil)
 		if err == nil && a.code == http.StatusTooManyRequests {
 			c.busied.Store(s.id, true)
 		}
-		time.Sleep(c.cfg.hammer)
+		return true
+	})
+}
+
+// hammer is an abuser's script: a few loops sending request after request
+// (each returns whether to go on), until ctx ends.
+func (c *crowd) hammer(ctx context.Context, request func() bool) {
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && request() {
+				time.Sleep(c.cfg.hammer)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // grabForMe presses "grab for me" and, if no dorm on the wish list has

@@ -102,6 +102,7 @@ func main() {
 	flag.DurationVar(&cfg.lockTTL, "lock-ttl", cfg.lockTTL, "lock lease (renewed while held)")
 	flag.DurationVar(&cfg.stall, "stall", cfg.stall, "stall about one grab in 50 this long while it holds a dorm lock, as a descheduled thread would (the lease is renewed meanwhile: nobody else gets the lock)")
 	flag.DurationVar(&cfg.ttl, "ttl", cfg.ttl, "how long the run's keys live")
+	flag.IntVar(&cfg.consumeBatch, "consume-batch", cfg.consumeBatch, "the most requests a queued-mode consumer decides in one script")
 	flag.IntVar(&cfg.conns, "conns", cfg.conns, "most HTTP connections from the crowd to the service at once (0: no limit, a browser each)")
 	flag.Uint64Var(&cfg.seed, "seed", cfg.seed, "random seed (0: a new one each run)")
 	flag.Parse()
@@ -192,6 +193,7 @@ type config struct {
 	hammer                          time.Duration // an abuser's script sends a request this often
 	think                           time.Duration // a human's pause between clicks, on average
 	longPoll                        time.Duration // the longest a status page waits for a decision
+	consumeBatch                    int           // the most requests a consumer decides at once
 	lockTTL                         time.Duration
 	stall                           time.Duration // stall grabs under a dorm lock this long...
 	stallEvery                      int64         // ...when the lock's fence is a multiple of this
@@ -203,30 +205,31 @@ type config struct {
 
 func defaults() config {
 	return config{
-		students:   1000,
-		batches:    2,
-		beds:       4,
-		groupMax:   4,
-		wishes:     6,
-		fill:       0.95,
-		skew:       1.2,
-		groups:     0.15,
-		abusers:    0.02,
-		undoers:    0.08,
-		threshold:  10,
-		busyFor:    15 * time.Second,
-		startDelay: time.Second,
-		maxDelays:  3,
-		countdown:  2 * time.Second,
-		spread:     50 * time.Millisecond,
-		hammer:     10 * time.Millisecond,
-		think:      30 * time.Millisecond,
-		longPoll:   5 * time.Second,
-		lockTTL:    10 * time.Second,
-		stallEvery: 50,
-		ttl:        time.Hour,
-		timeout:    30 * time.Second,
-		conns:      0,
+		students:     1000,
+		batches:      2,
+		beds:         4,
+		groupMax:     4,
+		wishes:       6,
+		fill:         0.95,
+		skew:         1.2,
+		groups:       0.15,
+		abusers:      0.02,
+		undoers:      0.08,
+		threshold:    10,
+		busyFor:      15 * time.Second,
+		startDelay:   time.Second,
+		maxDelays:    3,
+		countdown:    2 * time.Second,
+		spread:       50 * time.Millisecond,
+		hammer:       10 * time.Millisecond,
+		think:        30 * time.Millisecond,
+		longPoll:     5 * time.Second,
+		consumeBatch: 64,
+		lockTTL:      10 * time.Second,
+		stallEvery:   50,
+		ttl:          time.Hour,
+		timeout:      30 * time.Second,
+		conns:        0,
 	}
 }
 
@@ -252,6 +255,8 @@ func (c config) check() error {
 		return errors.New("-stall must not be negative")
 	case c.ttl < time.Minute:
 		return errors.New("-ttl must be at least a minute")
+	case c.consumeBatch < 1 || c.consumeBatch > 1024:
+		return errors.New("-consume-batch must be 1 to 1024")
 	case c.conns < 0:
 		return errors.New("-conns must not be negative")
 	}
@@ -344,7 +349,7 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 				return nil, err
 			}
 			sv.queues[b.id] = q
-			w, err := q.NewWorker(sv.consume, delayqueue.Concurrency(1), delayqueue.ErrorHandler(func(err error) {
+			w, err := q.NewBatchWorker(sv.consume, cfg.consumeBatch, delayqueue.ErrorHandler(func(err error) {
 				sv.consumerError(err)
 			}))
 			if err != nil {

@@ -158,14 +158,24 @@ func (b *batch) hasDorm(id string) bool {
 // (the beds fields stay), so it keeps that TTL; the log gets its TTL from
 // the script that creates it. Nothing this example writes outlives -ttl.
 
+// place.lua holds the steps the other scripts share; each is place.lua
+// followed by its own.
+//
+//go:embed place.lua
+var placeLua string
+
 var (
 	//go:embed assign.lua
 	assignLua    string
-	assignScript = redis.NewScript(assignLua)
+	assignScript = redis.NewScript(placeLua + assignLua)
 
 	//go:embed undo.lua
 	undoLua    string
-	undoScript = redis.NewScript(undoLua)
+	undoScript = redis.NewScript(placeLua + undoLua)
+
+	//go:embed decide.lua
+	decideLua    string
+	decideScript = redis.NewScript(placeLua + decideLua)
 
 	//go:embed ticket.lua
 	ticketLua    string
@@ -306,6 +316,28 @@ func (s *store) ticket(ctx context.Context, p *party) (int64, bool, error) {
 		return 0, false, err
 	}
 	return res[0], res[1] == 1, nil
+}
+
+// decide decides the queued requests reqs of batch b, in order, in one
+// script, and returns their outcomes. members gives a party's members.
+func (s *store) decide(ctx context.Context, b *batch, reqs []request, members func(party string) []string) ([]string, error) {
+	args := []any{s.ttl.Milliseconds(), s.decidedChannel(b)}
+	for _, r := range reqs {
+		args = append(args, r.Kind, r.Party, r.Ticket, len(r.Dorms))
+		for _, d := range r.Dorms {
+			args = append(args, d)
+		}
+		m := members(r.Party)
+		args = append(args, len(m))
+		for _, id := range m {
+			args = append(args, id)
+		}
+	}
+	outcomes, err := decideScript.Run(ctx, s.rdb, []string{s.stateKey(b), s.logKey(b)}, args...).StringSlice()
+	if err == nil && len(outcomes) != len(reqs) {
+		err = fmt.Errorf("decide: %d outcomes for %d requests", len(outcomes), len(reqs))
+	}
+	return outcomes, err
 }
 
 // decidedChannel is where the queued mode announces each decision of b's

@@ -40,10 +40,10 @@ type server struct {
 	opening atomic.Pointer[time.Time]
 
 	mu             sync.Mutex
-	decisions      []time.Duration                   // from a grab's arrival to its decision
-	outcomes       map[string]int                    // decided grabs by outcome
-	consumerErrors []string                          // the first few errors of the queued mode's consumers
-	watchers       map[string]map[chan struct{}]bool // status pages waiting on a party's decision
+	decisions      []time.Duration                 // from a grab's arrival to its decision
+	outcomes       map[string]int                  // decided grabs by outcome
+	consumerErrors []string                        // the first few errors of the queued mode's consumers
+	watchers       map[string]map[chan string]bool // status pages waiting on a party's decision
 }
 
 func (sv *server) consumerError(err error) {
@@ -290,22 +290,18 @@ func (sv *server) open(w http.ResponseWriter, r *http.Request, s *student) bool 
 	return true
 }
 
-// Outcomes of a grab or undo, as the status page shows them.
+// Outcomes of a grab or undo, as the status page shows them (decide.lua
+// writes the same ones): the first three followed by the dorm.
 const (
-	placedPrefix = "placed in "
-	alreadyIn    = "already placed in "
-	refused      = "refused: no dorm with room for the party"
-	undone       = "undone: left "
-	notPlaced    = "undone: had no bed"
+	placedPrefix = "placed "
+	alreadyIn    = "already "
+	undone       = "undone "
+	refused      = "refused" // no dorm with room for the whole party
+	notPlaced    = "nobed"
 )
 
 func (sv *server) decided(arrived time.Time, outcome string) {
-	kind := outcome
-	for _, p := range []string{placedPrefix, alreadyIn, undone} {
-		if strings.HasPrefix(outcome, p) {
-			kind = strings.TrimSpace(p)
-		}
-	}
+	kind, _, _ := strings.Cut(outcome, " ")
 	sv.mu.Lock()
 	sv.decisions = append(sv.decisions, time.Since(arrived))
 	sv.outcomes[kind]++
@@ -468,57 +464,36 @@ func (sv *server) place(p *party, ticket, ahead int64) map[string]any {
 	}
 }
 
-// consume is the handler of a batch's one consumer.
-func (sv *server) consume(ctx context.Context, d *delayqueue.Delivery) error {
-	var req request
-	if err := json.Unmarshal(d.Payload, &req); err != nil {
-		return delayqueue.Permanent(err)
-	}
-	p := sv.campus.parties[req.Party]
-	if p == nil {
-		return delayqueue.Permanent(fmt.Errorf("unknown party %q", req.Party))
-	}
-	var outcome string
-	var err error
-	if req.Kind == "undo" {
-		var left string
-		left, err = sv.store.undo(ctx, p)
-		outcome = notPlaced
-		if left != "" {
-			outcome = undone + left
+// consume is the handler of a batch's one consumer: it decides the
+// requests claimed together, in queue order, with one script. Nobody else
+// writes the batch's beds, so it needs no lock; and because it owns the
+// batch it can take many requests in one round trip, which a crowd of
+// lock holders cannot.
+func (sv *server) consume(ctx context.Context, ds []*delayqueue.Delivery) error {
+	reqs := make([]request, 0, len(ds))
+	for _, d := range ds {
+		var req request
+		if err := json.Unmarshal(d.Payload, &req); err != nil {
+			return delayqueue.Permanent(err)
 		}
-	} else {
-		outcome, err = sv.grabQueued(ctx, p, req.Dorms)
+		if sv.campus.parties[req.Party] == nil {
+			return delayqueue.Permanent(fmt.Errorf("unknown party %q", req.Party))
+		}
+		reqs = append(reqs, req)
 	}
+	b := sv.campus.parties[reqs[0].Party].batch
+	outcomes, err := sv.store.decide(ctx, b, reqs, func(party string) []string {
+		return sv.campus.parties[party].memberIDs()
+	})
 	if err != nil {
 		return err
 	}
-	if err := sv.store.finish(ctx, p, req.Ticket, outcome); err != nil {
-		return err
-	}
-	if req.Kind == "grab" {
-		sv.decided(req.Arrived, outcome)
+	for i, req := range reqs {
+		if req.Kind == "grab" {
+			sv.decided(req.Arrived, outcomes[i])
+		}
 	}
 	return nil
-}
-
-// grabQueued is grabLocked without locks: the consumer is the only writer,
-// so one script checks and places the party in the first dorm with room.
-// The checks stay, for a request delivered again after a crash.
-func (sv *server) grabQueued(ctx context.Context, p *party, dorms []string) (string, error) {
-	if len(dorms) == 0 {
-		return refused, nil
-	}
-	d, placed, err := sv.store.assign(ctx, p, dorms, 0)
-	switch {
-	case err == nil && placed:
-		return placedPrefix + d, nil
-	case err == nil, errors.Is(err, errElsewhere):
-		return alreadyIn + d, nil
-	case errors.Is(err, errFull):
-		return refused, nil
-	}
-	return "", err
 }
 
 // status says where the student's party stands. In queued mode a page
@@ -529,7 +504,7 @@ func (sv *server) status(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := sv.who(r).party
 	wait, _ := strconv.Atoi(r.URL.Query().Get("wait_ms"))
-	var decided <-chan struct{}
+	var decided <-chan string
 	if sv.mode == queued && wait > 0 {
 		// Watch before looking, so that a decision made in between is
 		// not missed.
@@ -542,7 +517,9 @@ func (sv *server) status(w http.ResponseWriter, r *http.Request) {
 		timer := time.NewTimer(min(time.Duration(wait)*time.Millisecond, sv.cfg.longPoll))
 		defer timer.Stop()
 		select {
-		case <-decided:
+		case outcome := <-decided:
+			reply(w, http.StatusOK, map[string]any{"state": outcome})
+			return
 		case <-timer.C: // a lost notice costs one wait at most
 		case <-ctx.Done():
 			return
@@ -579,21 +556,21 @@ func (sv *server) statusOf(ctx context.Context, p *party) (map[string]any, error
 		return nil, err
 	}
 	if d == "" {
-		return map[string]any{"state": "no bed"}, nil
+		return map[string]any{"state": notPlaced}, nil
 	}
 	return map[string]any{"state": placedPrefix + d}, nil
 }
 
-// watch returns a channel closed when p's queued request is decided, and a
-// function to stop watching.
-func (sv *server) watch(p *party) (<-chan struct{}, func()) {
-	ch := make(chan struct{})
+// watch returns a channel that gets the outcome of p's queued request when
+// it is decided, and a function to stop watching.
+func (sv *server) watch(p *party) (<-chan string, func()) {
+	ch := make(chan string, 1)
 	sv.mu.Lock()
 	if sv.watchers == nil {
-		sv.watchers = map[string]map[chan struct{}]bool{}
+		sv.watchers = map[string]map[chan string]bool{}
 	}
 	if sv.watchers[p.id] == nil {
-		sv.watchers[p.id] = map[chan struct{}]bool{}
+		sv.watchers[p.id] = map[chan string]bool{}
 	}
 	sv.watchers[p.id][ch] = true
 	sv.mu.Unlock()
@@ -625,11 +602,15 @@ func (sv *server) listen(ctx context.Context) (stop func(), err error) {
 	go func() {
 		defer close(done)
 		for msg := range ps.Channel() {
+			party, outcome, _ := strings.Cut(msg.Payload, " ")
 			sv.mu.Lock()
-			for ch := range sv.watchers[msg.Payload] {
-				close(ch)
+			for ch := range sv.watchers[party] {
+				select {
+				case ch <- outcome: // each page waits for one decision
+				default:
+				}
 			}
-			delete(sv.watchers, msg.Payload)
+			delete(sv.watchers, party)
 			sv.mu.Unlock()
 		}
 	}()
