@@ -34,7 +34,11 @@
 //     Redis list would keep the order too, but it loses the request a
 //     consumer popped and then died on; the delay queue's lease gives that
 //     request back, and its ticket keeps a party to one place in line
-//     however often its members click.
+//     however often its members click. The consumer is a batch worker: it
+//     decides up to 64 waiting requests, in order, in one script, which only
+//     the batch's one owner can do. The student's page waits for the
+//     decision (a long poll, woken by a pub/sub message from that script)
+//     instead of polling.
 //   - Wish lists are versioned values from package counter: an edit names
 //     the version it was made on and is refused if someone changed the list
 //     since; the page applies the edit again on the current list.
@@ -43,11 +47,20 @@
 //     start back; after it, the student gets the busy page for 15 seconds.
 //     Every key the service writes has a TTL.
 //
-// Both modes take beds with the same scripts, which also append each
-// assignment and undo to a log; at the end the program replays the logs and
-// prints, per mode, the beds assigned, double assignments, groups split,
-// wish-list edits lost, abusers penalised, latency and elapsed time, and
-// exits non-zero if any invariant fails.
+// Both modes take beds with the same Lua steps (place.lua), which also
+// append each assignment and undo to a log; at the end the program replays
+// the logs and prints, per mode, the beds assigned, double assignments,
+// groups split, wish-list edits lost, abusers penalised, keys without a
+// TTL, latency (from a grab's arrival to its decision, and from the click
+// to the answer on the student's page), Redis commands per grab and
+// elapsed time, and exits non-zero if any invariant fails.
+//
+// Which mode answers sooner depends on the crowd; see the README. In
+// short: the queue has the shorter tail, because no request waits behind
+// lock holders, and the shorter median while a batch's queue drains
+// quickly; the locks have the shorter median when many students arrive
+// at once for many dorms, since grabs for different dorms run in parallel
+// while one consumer decides a batch in order.
 //
 //	go run ./examples/dormgrab                                  # embedded Redis, no server needed
 //	go run ./examples/dormgrab -redis 127.0.0.1:6379            # a real Redis
