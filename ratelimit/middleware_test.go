@@ -236,47 +236,59 @@ func TestMiddlewareReportsTheStrictestOfSeveralLimits(t *testing.T) {
 	})
 }
 
-func TestMiddlewareOnRedisErrors(t *testing.T) {
+// Both middlewares answer a Redis failure alike: 503, or the handler with
+// WithFailOpen, never rate-limit headers, always the error hook.
+func TestMiddlewaresOnRedisErrors(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		broken := errors.New("connection reset")
-		for _, failOpen := range []bool{false, true} {
-			f := redistest.NewFaults()
-			l := newLimiter(t, b.Client(t, f))
-			f.On(redistest.Any()).Fail(broken)
-			// The hook runs in the server's goroutine.
-			errs := make(chan error, 10)
-			opts := []MiddlewareOption{WithErrorHook(func(_ *http.Request, err error) { errs <- err })}
-			if failOpen {
-				opts = append(opts, WithFailOpen())
-			}
-			next := &counting{}
-			h := l.Middleware(Keyed(fixedKey(redistest.Key(t)), PerSecond(1)), opts...)(next)
-
-			r := get(t, serve(t, h))
-			switch {
-			case failOpen && (r.code != http.StatusOK || next.n.Load() != 1):
-				t.Fatalf("fail open: %d, handler served %d; want 200 from the handler", r.code, next.n.Load())
-			case !failOpen && (r.code != http.StatusServiceUnavailable || next.n.Load() != 0):
-				t.Fatalf("fail closed: %d, handler served %d; want 503 and the handler untouched", r.code, next.n.Load())
-			}
-			if v := r.header.Get("RateLimit"); v != "" {
-				t.Fatalf("failOpen=%v: RateLimit %q without a decision", failOpen, v)
-			}
-			select {
-			case err := <-errs:
-				if !errors.Is(err, broken) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNoKey) {
-					t.Fatalf("failOpen=%v: hook got %v, want the Redis error", failOpen, err)
+		middlewares := map[string]func(l *Limiter, opts []MiddlewareOption) func(http.Handler) http.Handler{
+			"Middleware": func(l *Limiter, opts []MiddlewareOption) func(http.Handler) http.Handler {
+				return l.Middleware(Keyed(fixedKey(redistest.Key(t)), PerSecond(1)), opts...)
+			},
+			"PenaltyMiddleware": func(l *Limiter, opts []MiddlewareOption) func(http.Handler) http.Handler {
+				return l.PenaltyMiddleware(fixedKey(redistest.Key(t)), Penalty{Threshold: 1, Window: time.Second, Ban: time.Second}, opts...)
+			},
+		}
+		for name, middleware := range middlewares {
+			for _, failOpen := range []bool{false, true} {
+				f := redistest.NewFaults()
+				l := newLimiter(t, b.Client(t, f))
+				f.On(redistest.Any()).Fail(broken)
+				// The hook runs in the server's goroutine.
+				errs := make(chan error, 10)
+				opts := []MiddlewareOption{WithErrorHook(func(_ *http.Request, err error) { errs <- err })}
+				if failOpen {
+					opts = append(opts, WithFailOpen())
 				}
-			default:
-				t.Fatalf("failOpen=%v: the error hook was not called", failOpen)
-			}
+				next := &counting{}
+				h := middleware(l, opts)(next)
 
-			// A client that has gone is not served, open or not.
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			w := record(h, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
-			if w.Code != http.StatusServiceUnavailable || next.n.Load() > 1 {
-				t.Fatalf("failOpen=%v, cancelled request: %d, handler served %d", failOpen, w.Code, next.n.Load())
+				r := get(t, serve(t, h))
+				switch {
+				case failOpen && (r.code != http.StatusOK || next.n.Load() != 1):
+					t.Fatalf("%s, fail open: %d, handler served %d; want 200 from the handler", name, r.code, next.n.Load())
+				case !failOpen && (r.code != http.StatusServiceUnavailable || next.n.Load() != 0):
+					t.Fatalf("%s, fail closed: %d, handler served %d; want 503 and the handler untouched", name, r.code, next.n.Load())
+				}
+				if v := r.header.Get("RateLimit"); v != "" {
+					t.Fatalf("%s, failOpen=%v: RateLimit %q without a decision", name, failOpen, v)
+				}
+				select {
+				case err := <-errs:
+					if !errors.Is(err, broken) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNoKey) {
+						t.Fatalf("%s, failOpen=%v: hook got %v, want the Redis error", name, failOpen, err)
+					}
+				default:
+					t.Fatalf("%s, failOpen=%v: the error hook was not called", name, failOpen)
+				}
+
+				// A client that has gone is not served, open or not.
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				w := record(h, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+				if w.Code != http.StatusServiceUnavailable || next.n.Load() > 1 {
+					t.Fatalf("%s, failOpen=%v, cancelled request: %d, handler served %d", name, failOpen, w.Code, next.n.Load())
+				}
 			}
 		}
 	})

@@ -404,34 +404,33 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 	defer stopAbusers()
 	var honest, abusers sync.WaitGroup
 	res := &modeResult{mode: m, crowd: c}
-	rng := func(i int) *rand.Rand { return rand.New(rand.NewPCG(cfg.seed, uint64(i)+2)) }
-	for i, s := range cp.all {
-		if s.kind == abuser {
-			res.abusers++
-			abusers.Add(1)
+	// arrive starts the students for whom pick holds.
+	arrive := func(ctx context.Context, wg *sync.WaitGroup, pick func(*student) bool) {
+		for i, s := range cp.all {
+			if !pick(s) {
+				continue
+			}
+			wg.Add(1)
 			go func() {
-				defer abusers.Done()
-				rng := rng(i)
-				c.countdown(abusing, s, rng)
-				c.grab(abusing, s, rng)
-			}()
-		}
-	}
-	c.editWishes(ctx, cp)
-	opening := time.Now().Add(cfg.countdown)
-	c.opening.Store(&opening)
-	sv.opening.Store(&opening)
-	for i, s := range cp.all {
-		if s.kind != abuser {
-			honest.Add(1)
-			go func() {
-				defer honest.Done()
-				rng := rng(i)
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(cfg.seed, uint64(i)+2))
 				c.countdown(ctx, s, rng)
 				c.grab(ctx, s, rng)
 			}()
 		}
 	}
+	isAbuser := func(s *student) bool { return s.kind == abuser }
+	for _, s := range cp.all {
+		if isAbuser(s) {
+			res.abusers++
+		}
+	}
+	arrive(abusing, &abusers, isAbuser)
+	c.editWishes(ctx, cp)
+	opening := time.Now().Add(cfg.countdown)
+	c.opening.Store(&opening)
+	sv.opening.Store(&opening)
+	arrive(ctx, &honest, func(s *student) bool { return !isAbuser(s) })
 	honest.Wait()
 	res.elapsed = time.Since(opening)
 	stopAbusers()
@@ -596,14 +595,12 @@ func (r *modeResult) honestBanned() int {
 	return n
 }
 
+// penalised counts the abusers who had their start put back or got the
+// busy page.
 func (r *modeResult) penalised() int {
-	n := 0
-	r.crowd.putBack.Range(func(k, _ any) bool {
-		n++
-		return true
-	})
+	n := count(&r.crowd.putBack)
 	r.crowd.busied.Range(func(k, _ any) bool {
-		if _, dup := r.crowd.putBack.Load(k); !dup {
+		if _, both := r.crowd.putBack.Load(k); !both {
 			n++
 		}
 		return true
