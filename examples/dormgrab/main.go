@@ -290,8 +290,7 @@ type modeResult struct {
 	requests       []time.Duration // every HTTP round trip
 	answers        []time.Duration // honest grabs, click to answer
 	commands       int64           // Redis commands the service sent
-	outcomes       map[string]int
-	elapsed        time.Duration // the opening to the last honest student done
+	elapsed        time.Duration   // the opening to the last honest student done
 	crowd          *crowd
 	keys           int // keys the run wrote that still exist
 	keysNoTTL      int // ...of which without a TTL
@@ -348,7 +347,7 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 		return nil, err
 	}
 	sv := &server{cfg: cfg, mode: m, campus: cp, store: st, locks: locks, counts: counts, limiter: limiter,
-		queues: map[string]*delayqueue.Queue{}, outcomes: map[string]int{}}
+		queues: map[string]*delayqueue.Queue{}}
 	sv.opening.Store(&farFuture)
 
 	// The queued mode's consumers: one per batch, one request at a time.
@@ -473,7 +472,6 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 	}
 	sv.mu.Lock()
 	res.decisions = slices.Clone(sv.decisions)
-	res.outcomes = sv.outcomes
 	res.consumerErrors = sv.consumerErrors
 	sv.mu.Unlock()
 	c.mu.Lock()

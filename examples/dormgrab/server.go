@@ -41,7 +41,6 @@ type server struct {
 
 	mu             sync.Mutex
 	decisions      []time.Duration                 // from a grab's arrival to its decision
-	outcomes       map[string]int                  // decided grabs by outcome
 	consumerErrors []string                        // the first few errors of the queued mode's consumers
 	watchers       map[string]map[chan string]bool // status pages waiting on a party's decision
 }
@@ -75,13 +74,19 @@ func (sv *server) handler() http.Handler {
 	mux.HandleFunc("POST /undo", sv.undo)
 	mux.HandleFunc("GET /status", sv.status)
 
+	endpoints := map[string]bool{"/countdown": true, "/dorms": true, "/wishlist": true, "/grab": true, "/undo": true, "/status": true}
 	student := func(r *http.Request) (string, error) {
 		id := r.Header.Get("X-Student")
 		if sv.campus.students[id] == nil {
 			return "", errors.New("unknown student")
 		}
-		// Student ids and paths are the service's own: bounded, no braces.
-		return sv.store.prefix + id + ":" + r.URL.Path, nil
+		// Known students and paths only, so that keys stay few and free
+		// of braces: any other path shares one box.
+		endpoint := r.URL.Path
+		if !endpoints[endpoint] {
+			endpoint = "other"
+		}
+		return sv.store.prefix + id + ":" + endpoint, nil
 	}
 	before := sv.limiter.PenaltyMiddleware(student, sv.preOpen(), ratelimit.WithBannedHandler(sv.putBackStart))(mux)
 	after := sv.limiter.PenaltyMiddleware(student, sv.afterOpen(), ratelimit.WithBannedHandler(busy))(mux)
@@ -101,7 +106,7 @@ func (sv *server) putBackStart(w http.ResponseWriter, r *http.Request, v ratelim
 	id := r.Header.Get("X-Student")
 	if v.Hits == sv.cfg.threshold+1 {
 		if _, err := sv.counts.Incr(r.Context(), sv.delayLimit(id), 1); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			fail(w, err)
 			return
 		}
 	}
@@ -184,7 +189,7 @@ func (sv *server) wishlist(w http.ResponseWriter, r *http.Request) {
 func (sv *server) editWishlist(w http.ResponseWriter, r *http.Request) {
 	p := sv.who(r).party
 	var edit wishes
-	if err := json.NewDecoder(r.Body).Decode(&edit); err != nil {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&edit); err != nil {
 		reply(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 		return
 	}
@@ -250,9 +255,9 @@ func (sv *server) grab(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	sv.decided(arrived, res)
+	sv.decided(arrived)
 	code := http.StatusOK
-	if !strings.HasPrefix(res, "placed") {
+	if res == refused {
 		code = http.StatusConflict
 	}
 	reply(w, code, map[string]any{"state": res})
@@ -300,11 +305,10 @@ const (
 	notPlaced    = "nobed"
 )
 
-func (sv *server) decided(arrived time.Time, outcome string) {
-	kind, _, _ := strings.Cut(outcome, " ")
+// decided records how long a grab that arrived at arrived took to decide.
+func (sv *server) decided(arrived time.Time) {
 	sv.mu.Lock()
 	sv.decisions = append(sv.decisions, time.Since(arrived))
-	sv.outcomes[kind]++
 	sv.mu.Unlock()
 }
 
@@ -473,24 +477,26 @@ func (sv *server) consume(ctx context.Context, ds []*delayqueue.Delivery) error 
 	reqs := make([]request, 0, len(ds))
 	for _, d := range ds {
 		var req request
-		if err := json.Unmarshal(d.Payload, &req); err != nil {
-			return delayqueue.Permanent(err)
-		}
-		if sv.campus.parties[req.Party] == nil {
-			return delayqueue.Permanent(fmt.Errorf("unknown party %q", req.Party))
+		if err := json.Unmarshal(d.Payload, &req); err != nil || sv.campus.parties[req.Party] == nil {
+			// It can never be decided; failing the batch for it would
+			// fail the requests around it too. Reported, and dropped.
+			sv.consumerError(fmt.Errorf("request %s: malformed: %q", d.ID, d.Payload))
+			continue
 		}
 		reqs = append(reqs, req)
 	}
+	if len(reqs) == 0 {
+		return nil
+	}
 	b := sv.campus.parties[reqs[0].Party].batch
-	outcomes, err := sv.store.decide(ctx, b, reqs, func(party string) []string {
+	if _, err := sv.store.decide(ctx, b, reqs, func(party string) []string {
 		return sv.campus.parties[party].memberIDs()
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
-	for i, req := range reqs {
+	for _, req := range reqs {
 		if req.Kind == "grab" {
-			sv.decided(req.Arrived, outcomes[i])
+			sv.decided(req.Arrived)
 		}
 	}
 	return nil
