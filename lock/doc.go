@@ -37,7 +37,9 @@
 // or owned by someone else, or cannot reach Redis before the lease runs out,
 // the Lease's Context is cancelled with a cause that matches ErrLost: the
 // critical section can stop before it corrupts anything. Without AutoRenew
-// the Context is cancelled when the lease's time is up.
+// the Context is cancelled when the lease's time is up. Lease.Guard merges
+// the lease into a context of the caller's (or another lease's Context, for
+// work under nested locks).
 //
 // # Waiting
 //

@@ -138,6 +138,39 @@ func ExampleLease_Fence() {
 	// slow writes late: rejected: stale fence
 }
 
+// Nested locks, a group's and then a dorm's: the work runs under a context
+// that ends as soon as either lock is lost or released.
+func ExampleLease_Guard() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+	locker, err := lock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+
+	group, err := locker.Lock(ctx, "group:17", 10*time.Second, lock.AutoRenew())
+	if err != nil {
+		panic(err)
+	}
+	defer group.Unlock(context.WithoutCancel(ctx))
+	// Waiting for the dorm stops if the group's lock is lost meanwhile.
+	dorm, err := locker.Lock(group.Context(), "dorm:b1-d007", 10*time.Second, lock.AutoRenew())
+	if err != nil {
+		panic(err)
+	}
+	work, cancel := dorm.Guard(group.Context())
+	defer cancel()
+	fmt.Println("working under both locks:", work.Err() == nil)
+
+	_ = dorm.Unlock(ctx)
+	<-work.Done()
+	fmt.Println("dorm released, work stopped:", context.Cause(work))
+	// Output:
+	// working under both locks: true
+	// dorm released, work stopped: context canceled
+}
+
 // A semaphore caps concurrent calls to a fragile service across every
 // process: here two permits, three callers.
 func ExampleSemaphore() {

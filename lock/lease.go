@@ -96,11 +96,11 @@ func (l *Lease) Fence() int64 { return l.fence }
 // frees the lock. With AutoRenew it is lost when renewal finds the lock
 // taken or gone, or cannot reach Redis before the lease runs out.
 //
-// Run the critical section under this context (merged with your own) so
-// that it stops before it acts without the lock. The context carries the
-// values of the context the lock was taken with, but not its deadline or
-// cancellation. Once cancelled it stays cancelled, even if a later Extend
-// succeeds.
+// Run the critical section under this context (merged with your own:
+// Guard does that) so that it stops before it acts without the lock. The
+// context carries the values of the context the lock was taken with, but
+// not its deadline or cancellation. Once cancelled it stays cancelled,
+// even if a later Extend succeeds.
 func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -116,6 +116,25 @@ func (l *Lease) Context() context.Context {
 		}
 	}
 	return l.ctx
+}
+
+// Guard returns a copy of ctx that is also cancelled when the lease ends,
+// with the cause Context reports (wrapping ErrLost if the lock was lost):
+// the context to run the critical section under. Call cancel when the work
+// is done, to release what Guard holds.
+//
+// Guarding a lease's Context with another's gives a context that ends when
+// either lock goes, for work under nested locks:
+//
+//	ctx, cancel := dorm.Guard(group.Context())
+//	defer cancel()
+func (l *Lease) Guard(ctx context.Context) (guarded context.Context, cancel context.CancelFunc) {
+	guarded, cancelCause := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.Context(), func() { cancelCause(context.Cause(l.Context())) })
+	return guarded, func() {
+		stop()
+		cancelCause(context.Canceled)
+	}
 }
 
 // Unlock releases the lock if this lease still owns it, and wakes waiters.

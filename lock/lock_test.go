@@ -854,3 +854,70 @@ func TestACrowdArrivingAtOnceSendsOneAttempt(t *testing.T) {
 		}
 	})
 }
+
+// Work under nested locks stops when either lock goes: Guard merges a
+// lease into a context, and keeps the cause.
+func TestGuardEndsWithTheLeaseOrTheContext(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newClient(t, b.Client(t))
+		outer, err := c.TryLock(ctx, redistest.Key(t)+"-group", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := c.TryLock(ctx, redistest.Key(t)+"-dorm", 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		work, cancel := inner.Guard(outer.Context())
+		defer cancel()
+		select {
+		case <-work.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the guarded context outlived the inner lease")
+		}
+		if cause := context.Cause(work); !errors.Is(cause, ErrLost) {
+			t.Errorf("inner lease lost: cause %v, want ErrLost", cause)
+		}
+		if outer.Context().Err() != nil {
+			t.Error("the outer lease's context ended with the inner lease")
+		}
+
+		// The outer context ending ends the guarded one, with its cause,
+		// while the lease is still held.
+		held, err := c.TryLock(ctx, redistest.Key(t)+"-held", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent, stop := context.WithCancelCause(ctx)
+		work, cancel = held.Guard(parent)
+		defer cancel()
+		gone := errors.New("the request went away")
+		stop(gone)
+		<-work.Done()
+		if cause := context.Cause(work); cause != gone || held.Context().Err() != nil {
+			t.Errorf("parent ended: cause %v (want %v), lease context %v (want live)", cause, gone, held.Context().Err())
+		}
+
+		// Unlock ends it as Context does; cancel ends it too.
+		work, cancel = held.Guard(ctx)
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-work.Done()
+		if cause := context.Cause(work); cause != context.Canceled {
+			t.Errorf("after Unlock: cause %v, want context.Canceled", cause)
+		}
+		cancel()
+		again, err := c.TryLock(ctx, redistest.Key(t)+"-again", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer again.Unlock(ctx)
+		work, cancel = again.Guard(ctx)
+		cancel()
+		if work.Err() == nil || again.Context().Err() != nil {
+			t.Errorf("cancel: guarded %v (want done), lease context %v (want live)", work.Err(), again.Context().Err())
+		}
+	})
+}

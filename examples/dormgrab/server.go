@@ -371,10 +371,8 @@ func (sv *server) placeUnderDormLock(partyLease *lock.Lease, p *party, d string)
 	}
 	defer dormLease.Unlock(context.Background())
 	// The work stops the moment either lock is lost.
-	ctx, cancel := context.WithCancelCause(dormLease.Context())
-	defer cancel(nil)
-	stop := context.AfterFunc(partyLease.Context(), func() { cancel(context.Cause(partyLease.Context())) })
-	defer stop()
+	ctx, cancel := dormLease.Guard(partyLease.Context())
+	defer cancel()
 
 	// Second check, under the dorm's lock.
 	free, err := sv.store.freeBeds(ctx, p.batch, d)
