@@ -126,9 +126,9 @@ func (c *Client) CompareAndSet(ctx context.Context, key string, expect Version, 
 	if data == nil {
 		data = []byte{}
 	}
-	ttlMillis := (ttl + time.Millisecond - 1) / time.Millisecond
+	ttlMillis := int64((ttl + time.Millisecond - 1) / time.Millisecond)
 	args := versionedSetScript.Args(1, 6)
-	args = append(args, k, int64(expect)/versionSeqs, int64(expect)%versionSeqs, data, int64(ttlMillis), c.versionNowArg())
+	args = append(args, k, int64(expect)/versionSeqs, int64(expect)%versionSeqs, data, ttlMillis, c.versionNowArg())
 	res, err := versionedSetScript.Ints(ctx, c.rdb, args)
 	if err != nil {
 		return 0, fmt.Errorf("counter: %q: %w", key, err)

@@ -24,7 +24,6 @@ type crowd struct {
 	cfg    config
 	base   string
 	client *http.Client
-	mode   mode
 
 	requests  atomic.Int64
 	failures  atomic.Int64 // 5xx or transport errors
@@ -34,15 +33,14 @@ type crowd struct {
 	errs      []string        // the first few failures, for the report
 
 	// What the students saw.
-	wishEdits     atomic.Int64   // acknowledged wish-list edits
-	staleEdits    atomic.Int64   // edits refused as stale, then applied again
-	lostEdits     atomic.Int64   // acknowledged picks missing from the final list
-	banned        map[string]int // 429s to students who did not hammer, by path (under mu)
-	putBack       sync.Map       // abusers whose start was put back
-	busied        sync.Map       // abusers who got the busy page
-	undos         atomic.Int64   // undo clicks
-	undecided     atomic.Int64   // honest grabs never decided before the timeout
-	placedParties sync.Map       // party id -> dorm, as the students last saw it
+	wishEdits  atomic.Int64   // acknowledged wish-list edits
+	staleEdits atomic.Int64   // edits refused as stale, then applied again
+	lostEdits  atomic.Int64   // acknowledged picks missing from the final list
+	banned     map[string]int // 429s to students who did not hammer, by path (under mu)
+	putBack    sync.Map       // abusers whose start was put back
+	busied     sync.Map       // abusers who got the busy page
+	undos      atomic.Int64   // undo clicks
+	undecided  atomic.Int64   // honest grabs never decided before the timeout
 
 	opening atomic.Pointer[time.Time] // announced after the wish lists are in
 }
@@ -261,7 +259,6 @@ func (c *crowd) hammer(ctx context.Context, request func() bool) {
 func (c *crowd) grabForMe(ctx context.Context, s *student, rng *rand.Rand) string {
 	outcome := c.decide(ctx, s, "")
 	if dorm, ok := placedDorm(outcome); ok {
-		c.placedParties.Store(s.party.id, dorm)
 		return dorm
 	}
 	if outcome != refused || s.party.group {
@@ -278,8 +275,7 @@ func (c *crowd) byHand(ctx context.Context, s *student, rng *rand.Rand) {
 	}
 	for _, d := range strs(a.body["dorms"]) {
 		outcome := c.decide(ctx, s, d)
-		if dorm, ok := placedDorm(outcome); ok {
-			c.placedParties.Store(s.party.id, dorm)
+		if _, ok := placedDorm(outcome); ok {
 			return
 		}
 		if outcome == "" {
@@ -309,7 +305,6 @@ func (c *crowd) pickFree(ctx context.Context, s *student, rng *rand.Rand) string
 		slices.Sort(free)
 		outcome := c.decide(ctx, s, free[rng.IntN(len(free))])
 		if dorm, ok := placedDorm(outcome); ok {
-			c.placedParties.Store(s.party.id, dorm)
 			return dorm
 		}
 		c.think(rng)
@@ -334,7 +329,6 @@ func (c *crowd) undoAndAgain(ctx context.Context, s *student, rng *rand.Rand) {
 		}()
 	}
 	wg.Wait()
-	c.placedParties.Delete(s.party.id)
 	c.think(rng)
 	c.grabForMe(ctx, s, rng)
 }

@@ -390,7 +390,7 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 	hs := &http.Server{Handler: sv.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	transport := &http.Transport{MaxIdleConnsPerHost: max(cfg.conns, 1024), MaxConnsPerHost: cfg.conns}
-	c := &crowd{cfg: cfg, base: "http://" + ln.Addr().String(), client: &http.Client{Transport: transport, Timeout: cfg.timeout}, mode: m}
+	c := &crowd{cfg: cfg, base: "http://" + ln.Addr().String(), client: &http.Client{Transport: transport, Timeout: cfg.timeout}}
 	defer func() {
 		_ = hs.Shutdown(context.WithoutCancel(ctx))
 		transport.CloseIdleConnections()
