@@ -337,18 +337,18 @@ type wkBlocker struct {
 	release chan struct{}
 	mu      sync.Mutex
 	causes  map[string]error
-	ended   map[string]time.Time
+	endedAt map[string]time.Time
 }
 
 func wkNewBlocker(n int) *wkBlocker {
-	return &wkBlocker{started: make(chan *Delivery, n), causes: map[string]error{}, ended: map[string]time.Time{}}
+	return &wkBlocker{started: make(chan *Delivery, n), causes: map[string]error{}, endedAt: map[string]time.Time{}}
 }
 
 func (b *wkBlocker) handle(ctx context.Context, d *Delivery) error {
 	b.started <- d
 	<-ctx.Done()
 	b.mu.Lock()
-	b.causes[d.ID], b.ended[d.ID] = context.Cause(ctx), time.Now()
+	b.causes[d.ID], b.endedAt[d.ID] = context.Cause(ctx), time.Now()
 	b.mu.Unlock()
 	if b.release != nil {
 		<-b.release
@@ -356,11 +356,13 @@ func (b *wkBlocker) handle(ctx context.Context, d *Delivery) error {
 	return ctx.Err()
 }
 
-func (b *wkBlocker) cause(id string) (error, time.Time, bool) {
+// ended reports whether the handler of id has seen its context end, when,
+// and the cause.
+func (b *wkBlocker) ended(id string) (at time.Time, ok bool, cause error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	err, ok := b.causes[id]
-	return err, b.ended[id], ok
+	cause, ok = b.causes[id]
+	return b.endedAt[id], ok, cause
 }
 
 func TestWorkerCancelsTheHandlerWhenRenewalFails(t *testing.T) {
@@ -383,10 +385,10 @@ func TestWorkerCancelsTheHandlerWhenRenewalFails(t *testing.T) {
 		// Renewals fail: the worker cancels the handler's context once the
 		// lease may have run out...
 		redistest.WaitFor(t, 10*time.Second, "the handler's context to end", func() bool {
-			_, _, ok := blocker.cause(e.ID)
+			_, ok, _ := blocker.ended(e.ID)
 			return ok
 		})
-		cause, ended, _ := blocker.cause(e.ID)
+		ended, _, cause := blocker.ended(e.ID)
 		if !errors.Is(cause, ErrLeaseLost) || !errors.Is(cause, io.EOF) {
 			t.Errorf("handler's context ended with cause %v, want ErrLeaseLost and the renewal's error", cause)
 		}
@@ -465,10 +467,10 @@ func TestWorkerCancelsTheHandlerWhenRedisSaysTheLeaseIsLost(t *testing.T) {
 		return second != nil
 	})
 	redistest.WaitFor(t, 10*time.Second, "the first handler's context to end", func() bool {
-		_, _, ok := blocker.cause(e.ID)
+		_, ok, _ := blocker.ended(e.ID)
 		return ok
 	})
-	cause, _, _ := blocker.cause(e.ID)
+	_, _, cause := blocker.ended(e.ID)
 	if !errors.Is(cause, ErrLeaseLost) {
 		t.Errorf("handler's context ended with cause %v, want ErrLeaseLost", cause)
 	}
