@@ -66,3 +66,61 @@ func BenchmarkClaimAck(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/job")
 }
+
+// BenchmarkWorkerInOrder measures one consumer serving a backlog strictly
+// in queue order (Concurrency 1): a Worker, which claims, handles and acks
+// one job at a time, against a batch Worker, which does so 64 at a time.
+// Each op drains 1,024 jobs; ns/job is what one costs.
+func BenchmarkWorkerInOrder(b *testing.B) {
+	for _, size := range []int{1, 64} {
+		name := "worker"
+		if size > 1 {
+			name = fmt.Sprintf("batch-%d", size)
+		}
+		b.Run(name, func(b *testing.B) {
+			q := benchQueue(b)
+			ctx := context.Background()
+			const backlog = 1024
+			opened := time.UnixMilli(0)
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				for i := range backlog {
+					if _, err := q.Enqueue(ctx, []byte("request"), WithID(fmt.Sprintf("%09d", i)), At(opened)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				done := make(chan struct{})
+				var served int
+				count := func(n int) {
+					if served += n; served == backlog {
+						close(done)
+					}
+				}
+				var w *Worker
+				var err error
+				if size == 1 {
+					w, err = q.NewWorker(func(context.Context, *Delivery) error { count(1); return nil })
+				} else {
+					w, err = q.NewBatchWorker(func(_ context.Context, ds []*Delivery) error { count(len(ds)); return nil }, size)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				run, stop := context.WithCancel(ctx)
+				stopped := make(chan struct{})
+				b.StartTimer()
+				go func() {
+					defer close(stopped)
+					_ = w.Run(run)
+				}()
+				<-done
+				b.StopTimer()
+				stop()
+				<-stopped
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*backlog), "ns/job")
+		})
+	}
+}
