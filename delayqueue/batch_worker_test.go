@@ -301,3 +301,48 @@ func TestBatchWorkerStopsWhenALeaseIsLost(t *testing.T) {
 		}
 	}
 }
+
+// A claim hands out at most MaxClaim jobs, however many are asked for, so
+// a batch worker with several large batches claims what one script call
+// can carry and takes the rest on its next claims.
+func TestLargeBatchesStayWithinOneClaim(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		wkNoLeaks(t)
+		rdb := b.Client(t)
+		q := wkQueue(t, rdb, redistest.Key(t))
+		const jobs = MaxClaim + 100
+		past := time.Now().Add(-time.Minute)
+		wkPipelineEnqueue(t, rdb, q, jobs, func(int) time.Time { return past })
+
+		ds, _, err := q.Claim(context.Background(), 5*MaxClaim, time.Minute)
+		if err != nil || len(ds) != MaxClaim {
+			t.Fatalf("a claim of %d: %d jobs, %v; want %d", 5*MaxClaim, len(ds), err, MaxClaim)
+		}
+		for _, d := range ds {
+			if err := d.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		var errs wkErrorLog
+		rec := &wkBatches{handled: make(chan struct{}, jobs)}
+		w := wkNewBatchWorker(t, q, func(_ context.Context, ds []*Delivery) error {
+			rec.record(ds)
+			return nil
+		}, maxBatch, Concurrency(4), PollInterval(time.Minute), ErrorHandler(errs.add))
+		r := wkStart(w)
+		for range jobs {
+			<-rec.handled
+		}
+		redistest.WaitFor(t, 10*time.Second, "every job acked", func() bool { return wkStats(t, q).InFlight == 0 })
+		r.stop(t, 10*time.Second)
+		if e := errs.all(); len(e) > 0 {
+			t.Fatalf("worker errors: %v", e)
+		}
+		for _, batch := range rec.batches {
+			if len(batch) > maxBatch {
+				t.Fatalf("a batch of %d jobs, want at most %d", len(batch), maxBatch)
+			}
+		}
+	})
+}

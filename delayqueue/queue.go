@@ -227,11 +227,15 @@ type Delivery struct {
 	token string
 }
 
-// Claim hands out up to n due jobs, each held under a lease: until the
-// lease ends, no other claim gets the job; then the next claim requeues it
-// (a consumer that died mid-job does not lose it). The same call first
-// requeues a bounded batch of jobs whose leases ran out, and buries those
-// that had their last attempt.
+// MaxClaim is the most jobs one Claim hands out: the script passes a
+// claim's ids to single Redis commands, whose arguments Lua bounds.
+const MaxClaim = 1024
+
+// Claim hands out up to n due jobs (at most MaxClaim per call), each held
+// under a lease: until the lease ends, no other claim gets the job; then
+// the next claim requeues it (a consumer that died mid-job does not lose
+// it). The same call first requeues a bounded batch of jobs whose leases
+// ran out, and buries those that had their last attempt.
 //
 // next is when a claim may next find work: the due time of the first job
 // still waiting or the end of the first lease (its holder may die),
@@ -244,6 +248,7 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) (deliveri
 	if lease < time.Millisecond {
 		return nil, time.Time{}, fmt.Errorf("%w: lease %v must be at least 1ms", ErrInvalid, lease)
 	}
+	n = min(n, MaxClaim)
 	token := randomID()
 	args := append(q.args(claimScript, 6), n, lease.Milliseconds(), token, q.cfg.maxAttempts, max(n, 100), q.cfg.deadLetters)
 	res, err := claimScript.Values(ctx, q.rdb, args)

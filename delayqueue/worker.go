@@ -269,9 +269,9 @@ func (q *Queue) NewBatchWorker(h BatchHandler, size int, opts ...WorkerOption) (
 	return w, nil
 }
 
-// maxBatch bounds a BatchHandler's batch: a claim of that many jobs and
-// their acks each stay one modest script call.
-const maxBatch = 1024
+// maxBatch bounds a BatchHandler's batch: one claim can hand out that
+// many.
+const maxBatch = MaxClaim
 
 // Run claims and handles jobs until ctx ends, then shuts down gracefully:
 // it stops claiming at once, waits up to the ShutdownTimeout for the
@@ -460,7 +460,8 @@ func (r *workerRun) loop(ctx context.Context) {
 		if pending && free > 0 && !time.Now().Before(retryAt) {
 			pending = false
 			sent := time.Now()
-			ds, next, err := r.q.Claim(r.hard, free*r.w.size, r.cfg.lease)
+			want := min(free*r.w.size, MaxClaim)
+			ds, next, err := r.q.Claim(r.hard, want, r.cfg.lease)
 			poll.Reset(pollJitter(r.cfg.pollInterval))
 			switch {
 			case err != nil:
@@ -481,7 +482,7 @@ func (r *workerRun) loop(ctx context.Context) {
 				}
 				// As many as asked for: more may be due; claim again when a
 				// slot frees. Fewer: sleep until the next is due.
-				if claimed < free*r.w.size {
+				if claimed < want {
 					plan(next)
 				}
 			default:
@@ -596,13 +597,7 @@ func (r *workerRun) work(j *workerJob) {
 		}
 		if err == nil {
 			// The acker batches acks; the slot is free meanwhile.
-			held := make([]*Delivery, 0, len(j.ds))
-			for i, d := range j.ds {
-				if !j.lost[i].Load() {
-					held = append(held, d)
-				}
-			}
-			if len(held) > 0 {
+			if held := j.held(); len(held) > 0 {
 				r.acks <- held
 			}
 			r.done <- j
@@ -626,13 +621,28 @@ func (r *workerRun) work(j *workerJob) {
 	returned = true
 }
 
+// held returns the deliveries of j whose leases were not found lost: all
+// of them, without copying, unless renewal lost some.
+func (j *workerJob) held() []*Delivery {
+	for i := range j.lost {
+		if j.lost[i].Load() {
+			held := make([]*Delivery, 0, len(j.ds))
+			for i, d := range j.ds {
+				if !j.lost[i].Load() {
+					held = append(held, d)
+				}
+			}
+			return held
+		}
+	}
+	return j.ds
+}
+
 // finishAll nacks, buries or releases by err the deliveries of j that still
 // hold their jobs.
 func (r *workerRun) finishAll(j *workerJob, err error) {
-	for i, d := range j.ds {
-		if !j.lost[i].Load() {
-			r.finish(d, err)
-		}
+	for _, d := range j.held() {
+		r.finish(d, err)
 	}
 }
 
