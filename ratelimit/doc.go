@@ -124,6 +124,12 @@
 // as far as your own proxies wrote it: the leftmost entry is whatever the
 // client sent.
 //
+// Limiter.PenaltyMiddleware does the same for a penalty box: every request
+// is a hit, a banned key gets 429 with the ban's remaining seconds as
+// Retry-After (and no RateLimit headers: a ban has no quota), and
+// WithBannedHandler sees the Verdict, to act once on the hit that starts a
+// ban.
+//
 // # Keys
 //
 // A counter lives at prefix + {key} + ":" + the limit's id (algorithm,
