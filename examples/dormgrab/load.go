@@ -31,6 +31,7 @@ type crowd struct {
 	latencies []time.Duration // every request's round trip
 	answers   []time.Duration // an honest grab's click to its answer on the page
 	errs      []string        // the first few failures, for the report
+	longest   answer          // the queued grab with the most requests ahead
 
 	// What the students saw.
 	wishEdits  atomic.Int64   // acknowledged wish-list edits
@@ -360,9 +361,21 @@ func (c *crowd) decide(ctx context.Context, s *student, dorm string) (outcome st
 		c.fail(fmt.Sprintf("honest student %s refused before their start: %v", s.id, a.body))
 		return ""
 	case a.code == http.StatusAccepted:
+		c.sawPlace(a)
 		return c.await(ctx, s)
 	}
 	return a.state()
+}
+
+// sawPlace keeps the place in line with the most requests ahead, for the
+// report.
+func (c *crowd) sawPlace(a answer) {
+	ahead, _ := a.body["ahead"].(float64)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if most, _ := c.longest.body["ahead"].(float64); c.longest.body == nil || ahead > most {
+		c.longest = a
+	}
 }
 
 // await asks the status page until the party's request is decided; the

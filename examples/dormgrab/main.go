@@ -577,6 +577,11 @@ func (rep *report) print(w io.Writer) {
 	row("HTTP round trip, p99", func(r *modeResult) string { return round(quantile(r.requests, 99)) })
 	row("elapsed, opening to last student", func(r *modeResult) string { return round(r.elapsed) })
 	for _, r := range rep.results {
+		if msg, ok := r.crowd.longest.body["message"].(string); ok {
+			fmt.Fprintf(w, "\n%s: the longest line a grab joined, as its page said: %q\n", r.mode, msg)
+		}
+	}
+	for _, r := range rep.results {
 		if len(r.crowd.errs) > 0 {
 			fmt.Fprintf(w, "\n%s: first failures:\n  %s\n", r.mode, strings.Join(r.crowd.errs, "\n  "))
 		}
