@@ -26,7 +26,10 @@
 --
 -- Writes use SET with PXAT for a windowed count: the value and its expiry
 -- in one call, which also gives back an expiry someone removed. A count
--- without a window keeps the TTL it was born with (INCRBY).
+-- without a window keeps the TTL it was born with (SET XX KEEPTTL); if the
+-- key is gone by then (a server whose clock moves during a script, as
+-- miniredis's can: a real Redis holds its clock still while a script
+-- runs), it is written again with a fresh TTL rather than without one.
 local count = #KEYS
 -- Count i's arguments follow ARGV[a] with a = 6 * i - 5: a+1 n, a+2 cap,
 -- a+3 optional, a+4 start, a+5 end, a+6 expiry. Indexed directly, with no
@@ -77,9 +80,7 @@ for i = 1, count do
     written[k] = true -- once per key, with its final value
     if ARGV[a + 5] ~= '0' then
       redis.call('SET', k, string.format('%d', v), 'PXAT', ARGV[a + 6])
-    elseif before then
-      redis.call('INCRBY', k, v - before)
-    else
+    elseif not before or not redis.call('SET', k, string.format('%d', v), 'XX', 'KEEPTTL') then
       redis.call('SET', k, string.format('%d', v), 'PX', ARGV[a + 6])
     end
   end

@@ -20,9 +20,7 @@ if v > tonumber(ARGV[3]) then
 end
 if ARGV[5] ~= '0' then
   redis.call('SET', key, string.format('%d', v), 'PXAT', ARGV[6])
-elseif got then
-  redis.call('INCRBY', key, ARGV[2])
-else
+elseif not got or not redis.call('SET', key, string.format('%d', v), 'XX', 'KEEPTTL') then
   redis.call('SET', key, string.format('%d', v), 'PX', ARGV[6])
 end
 return {1, v, 1}

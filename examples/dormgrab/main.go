@@ -292,8 +292,8 @@ type modeResult struct {
 	commands       int64           // Redis commands the service sent
 	elapsed        time.Duration   // the opening to the last honest student done
 	crowd          *crowd
-	keys           int // keys the run wrote that still exist
-	keysNoTTL      int // ...of which without a TTL
+	keys           int      // keys the run wrote that still exist
+	noTTL          []string // ...those of them without a TTL
 	abusers        int
 	freeAtEnd      int // beds nobody holds at the end
 	consumerErrors []string
@@ -467,7 +467,7 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 			res.freeAtEnd += n
 		}
 	}
-	if res.keys, res.keysNoTTL, err = keysWithoutTTL(ctx, rdb, "*"+st.prefix+"*"); err != nil {
+	if res.keys, res.noTTL, err = keysWithoutTTL(ctx, rdb, "*"+st.prefix+"*"); err != nil {
 		return nil, err
 	}
 	sv.mu.Lock()
@@ -482,8 +482,8 @@ func runMode(ctx context.Context, rdb redis.UniversalClient, cfg config, cp *cam
 }
 
 // keysWithoutTTL counts the keys matching pattern, on every node, and
-// those of them without an expiry.
-func keysWithoutTTL(ctx context.Context, rdb redis.UniversalClient, pattern string) (keys, noTTL int, err error) {
+// returns those of them without an expiry.
+func keysWithoutTTL(ctx context.Context, rdb redis.UniversalClient, pattern string) (keys int, noTTL []string, err error) {
 	var mu sync.Mutex
 	scan := func(ctx context.Context, node redis.Cmdable) error {
 		iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
@@ -495,7 +495,7 @@ func keysWithoutTTL(ctx context.Context, rdb redis.UniversalClient, pattern stri
 			mu.Lock()
 			keys++
 			if ttl == -1 {
-				noTTL++
+				noTTL = append(noTTL, iter.Val())
 			}
 			mu.Unlock()
 		}
@@ -563,7 +563,7 @@ func (rep *report) print(w io.Writer) {
 		return fmt.Sprintf("%d / %d", count(&r.crowd.putBack), count(&r.crowd.busied))
 	})
 	row("honest students penalised (must be 0)", func(r *modeResult) string { return fmt.Sprint(r.honestBanned()) })
-	row("keys without a TTL (must be 0)", func(r *modeResult) string { return fmt.Sprintf("%d of %d", r.keysNoTTL, r.keys) })
+	row("keys without a TTL (must be 0)", func(r *modeResult) string { return fmt.Sprintf("%d of %d", len(r.noTTL), r.keys) })
 	row("grabs decided", func(r *modeResult) string { return fmt.Sprint(len(r.decisions)) })
 	row("  arrival to decision, p50", func(r *modeResult) string { return round(quantile(r.decisions, 50)) })
 	row("  arrival to decision, p99", func(r *modeResult) string { return round(quantile(r.decisions, 99)) })
@@ -628,7 +628,7 @@ func (rep *report) violations() []string {
 		add(r.crowd.lostEdits.Load() > 0, "%d wish-list edits lost", r.crowd.lostEdits.Load())
 		add(r.honestBanned() > 0, "%d honest requests penalised (%v)", r.honestBanned(), r.crowd.banned)
 		add(r.penalised() < r.abusers, "%d of %d abusers never penalised", r.abusers-r.penalised(), r.abusers)
-		add(r.keysNoTTL > 0, "%d keys without a TTL", r.keysNoTTL)
+		add(len(r.noTTL) > 0, "%d keys without a TTL: %s", len(r.noTTL), strings.Join(r.noTTL[:min(5, len(r.noTTL))], ", "))
 		add(r.crowd.undecided.Load() > 0, "%d grabs never decided", r.crowd.undecided.Load())
 		add(r.crowd.failures.Load() > 0, "%d requests failed (first: %s)", r.crowd.failures.Load(), strings.Join(r.crowd.errs, "; "))
 		add(len(r.consumerErrors) > 0, "consumer errors: %s", strings.Join(r.consumerErrors, "; "))
