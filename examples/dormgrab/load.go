@@ -41,6 +41,7 @@ type crowd struct {
 	putBack    sync.Map       // abusers whose start was put back
 	busied     sync.Map       // abusers who got the busy page
 	undos      atomic.Int64   // undo clicks
+	undoers    atomic.Int64   // undoers who had a bed to give back
 	undecided  atomic.Int64   // honest grabs never decided before the timeout
 
 	opening atomic.Pointer[time.Time] // announced after the wish lists are in
@@ -220,6 +221,7 @@ func (c *crowd) grab(ctx context.Context, s *student, rng *rand.Rand) {
 		c.byHand(ctx, s, rng)
 	case undoer:
 		if dorm := c.grabForMe(ctx, s, rng); dorm != "" {
+			c.undoers.Add(1)
 			c.undoAndAgain(ctx, s, rng)
 		}
 	default:
@@ -239,11 +241,11 @@ func (c *crowd) abuse(ctx context.Context, s *student) {
 	})
 }
 
-// hammer is an abuser's script: a few loops sending request after request
+// hammer is an abuser's script: eight loops sending request after request
 // (each returns whether to go on), until ctx ends.
 func (c *crowd) hammer(ctx context.Context, request func() bool) {
 	var wg sync.WaitGroup
-	for range 4 {
+	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
