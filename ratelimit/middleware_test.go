@@ -468,27 +468,9 @@ func TestMiddlewareAdmitsExactlyTheLimitUnderContention(t *testing.T) {
 		l := newLimiter(t, b.Client(t))
 		next := &counting{}
 		h := l.Middleware(Keyed(fixedKey(redistest.Key(t)), PerHour(50), PerHour(1000).Using(SlidingWindow)))(next)
-		var ok, refused atomic.Int64
-		var wg sync.WaitGroup
-		for range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 10 {
-					switch w := record(h, httptest.NewRequest(http.MethodGet, "/", nil)); w.Code {
-					case http.StatusOK:
-						ok.Add(1)
-					case http.StatusTooManyRequests:
-						refused.Add(1)
-					default:
-						t.Errorf("status %d: %s", w.Code, w.Body)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if ok.Load() != 50 || refused.Load() != 110 || next.n.Load() != 50 {
-			t.Fatalf("%d admitted, %d refused, %d served of 160 at 50 an hour; want 50, 110, 50", ok.Load(), refused.Load(), next.n.Load())
+		ok, refused := flood(t, h)
+		if ok != 50 || refused != 110 || next.n.Load() != 50 {
+			t.Fatalf("%d admitted, %d refused, %d served of 160 at 50 an hour; want 50, 110, 50", ok, refused, next.n.Load())
 		}
 	})
 }
@@ -531,4 +513,29 @@ func TestStructuredFieldValues(t *testing.T) {
 			t.Errorf("sfInt(%d) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+// flood sends h 160 requests from 16 goroutines at once and counts the
+// admitted and the refused.
+func flood(t *testing.T, h http.Handler) (ok, refused int64) {
+	var admitted, denied atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				switch w := record(h, httptest.NewRequest(http.MethodGet, "/", nil)); w.Code {
+				case http.StatusOK:
+					admitted.Add(1)
+				case http.StatusTooManyRequests:
+					denied.Add(1)
+				default:
+					t.Errorf("status %d: %s", w.Code, w.Body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted.Load(), denied.Load()
 }

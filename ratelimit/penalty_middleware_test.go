@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -254,28 +253,10 @@ func TestPenaltyMiddlewareAdmitsExactlyTheThresholdUnderContention(t *testing.T)
 		})
 		next := &counting{}
 		h := l.PenaltyMiddleware(fixedKey(redistest.Key(t)), p, once)(next)
-		var ok, refused atomic.Int64
-		var wg sync.WaitGroup
-		for range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 10 {
-					switch w := record(h, httptest.NewRequest(http.MethodGet, "/", nil)); w.Code {
-					case http.StatusOK:
-						ok.Add(1)
-					case http.StatusTooManyRequests:
-						refused.Add(1)
-					default:
-						t.Errorf("status %d: %s", w.Code, w.Body)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if ok.Load() != 50 || refused.Load() != 110 || next.n.Load() != 50 || starters.Load() != 1 {
+		ok, refused := flood(t, h)
+		if ok != 50 || refused != 110 || next.n.Load() != 50 || starters.Load() != 1 {
 			t.Fatalf("%d admitted, %d refused, %d served, %d bans started of 160 over a threshold of 50; want 50, 110, 50, 1",
-				ok.Load(), refused.Load(), next.n.Load(), starters.Load())
+				ok, refused, next.n.Load(), starters.Load())
 		}
 	})
 }
