@@ -304,13 +304,13 @@ func TestBatchWorkerStopsWhenALeaseIsLost(t *testing.T) {
 
 // A claim hands out at most MaxClaim jobs, however many are asked for, so
 // a batch worker with several large batches claims what one script call
-// can carry and takes the rest on its next claims.
+// can carry and claims again at once for its other free handlers.
 func TestLargeBatchesStayWithinOneClaim(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		wkNoLeaks(t)
 		rdb := b.Client(t)
 		q := wkQueue(t, rdb, redistest.Key(t))
-		const jobs = MaxClaim + 100
+		const jobs = 2 * MaxClaim
 		past := time.Now().Add(-time.Minute)
 		wkPipelineEnqueue(t, rdb, q, jobs, func(int) time.Time { return past })
 
@@ -324,25 +324,43 @@ func TestLargeBatchesStayWithinOneClaim(t *testing.T) {
 			}
 		}
 
+		// Two full batches must run at once: the second handler starts
+		// while the first still holds its batch.
 		var errs wkErrorLog
-		rec := &wkBatches{handled: make(chan struct{}, jobs)}
-		w := wkNewBatchWorker(t, q, func(_ context.Context, ds []*Delivery) error {
-			rec.record(ds)
+		var mu sync.Mutex
+		var sizes []int
+		both := make(chan struct{})
+		w := wkNewBatchWorker(t, q, func(ctx context.Context, ds []*Delivery) error {
+			mu.Lock()
+			sizes = append(sizes, len(ds))
+			if len(sizes) == 2 {
+				close(both)
+			}
+			mu.Unlock()
+			select {
+			case <-both:
+			case <-ctx.Done():
+			}
 			return nil
 		}, maxBatch, Concurrency(4), PollInterval(time.Minute), ErrorHandler(errs.add))
 		r := wkStart(w)
-		for range jobs {
-			<-rec.handled
+		select {
+		case <-both:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the second batch did not start while the first ran: the worker did not claim again for its free handlers")
 		}
-		redistest.WaitFor(t, 10*time.Second, "every job acked", func() bool { return wkStats(t, q).InFlight == 0 })
+		redistest.WaitFor(t, 10*time.Second, "every job acked", func() bool {
+			s := wkStats(t, q)
+			return s.Waiting == 0 && s.InFlight == 0
+		})
 		r.stop(t, 10*time.Second)
 		if e := errs.all(); len(e) > 0 {
 			t.Fatalf("worker errors: %v", e)
 		}
-		for _, batch := range rec.batches {
-			if len(batch) > maxBatch {
-				t.Fatalf("a batch of %d jobs, want at most %d", len(batch), maxBatch)
-			}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(sizes) != 2 || sizes[0] != MaxClaim || sizes[1] != MaxClaim {
+			t.Fatalf("batches of %v, want two of %d", sizes, MaxClaim)
 		}
 	})
 }

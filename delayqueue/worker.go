@@ -474,17 +474,23 @@ func (r *workerRun) loop(ctx context.Context) {
 				pending = true
 			case len(ds) > 0:
 				backoff, early = 0, 0
-				claimed := len(ds)
+				claimed, started := len(ds), 0
 				for len(ds) > 0 {
 					n := min(r.w.size, len(ds))
 					r.start(ds[:n:n], sent)
 					ds = ds[n:]
+					started++
 				}
-				// As many as asked for: more may be due; claim again when a
-				// slot frees. Fewer: sleep until the next is due.
-				if claimed < want {
+				switch {
+				case claimed < want:
+					// Fewer than asked for: sleep until the next is due.
 					plan(next)
+				case started < free:
+					// A claim capped at MaxClaim: more may be due for the
+					// slots still free.
+					pending = true
 				}
+				// Otherwise more may be due: claim again when a slot frees.
 			default:
 				backoff = 0
 				plan(next)
