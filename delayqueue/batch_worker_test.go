@@ -254,9 +254,7 @@ func TestBatchWorkerStopsWhenALeaseIsLost(t *testing.T) {
 	wkNoLeaks(t)
 	b := redistest.Open(t, redistest.Mini)
 	f := redistest.NewFaults()
-	finishes := f.On(func(cmd redis.Cmder) bool {
-		return redistest.Script(ackScript.Hash())(cmd) || redistest.Script(nackScript.Hash())(cmd)
-	})
+	finishes := f.On(wkFinishes)
 	name := redistest.Key(t)
 	q := wkQueue(t, b.Client(t, f), name)
 	byHand := wkQueue(t, b.Client(t), name)

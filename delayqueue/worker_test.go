@@ -110,6 +110,12 @@ func (r *wkRunning) stop(t *testing.T, limit time.Duration) time.Duration {
 	}
 }
 
+// wkFinishes matches the calls that finish a delivery: an ack, or a nack
+// (which also buries and releases).
+func wkFinishes(cmd redis.Cmder) bool {
+	return redistest.Script(ackScript.Hash())(cmd) || redistest.Script(nackScript.Hash())(cmd)
+}
+
 func wkNewWorker(t *testing.T, q *Queue, h Handler, opts ...WorkerOption) *Worker {
 	t.Helper()
 	w, err := q.NewWorker(h, opts...)
@@ -437,9 +443,7 @@ func TestWorkerCancelsTheHandlerWhenRedisSaysTheLeaseIsLost(t *testing.T) {
 	b := redistest.Open(t, redistest.Mini)
 	m := b.Miniredis()
 	f := redistest.NewFaults()
-	finishes := f.On(func(cmd redis.Cmder) bool {
-		return redistest.Script(ackScript.Hash())(cmd) || redistest.Script(nackScript.Hash())(cmd)
-	})
+	finishes := f.On(wkFinishes)
 	name := redistest.Key(t)
 	q := wkQueue(t, b.Client(t, f), name)
 	byHand := wkQueue(t, b.Client(t), name)

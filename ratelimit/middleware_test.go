@@ -327,16 +327,7 @@ func TestMiddlewareRefusesWhatItCannotDecide(t *testing.T) {
 		hook := WithErrorHook(func(_ *http.Request, err error) { got = err })
 		// Failing open is for outages; these are not, so it must not apply.
 		h := c.l.Middleware(c.checks, hook, WithFailOpen())(c.next)
-		w := record(h, httptest.NewRequest(http.MethodGet, "/", nil))
-		if w.Code != c.code {
-			t.Errorf("%s: %d, want %d", c.name, w.Code, c.code)
-		}
-		if !errors.Is(got, c.want) {
-			t.Errorf("%s: hook got %v, want %v", c.name, got, c.want)
-		}
-		if n, ok := c.next.(*counting); ok && n.n.Load() != 0 {
-			t.Errorf("%s: the handler was called", c.name)
-		}
+		checkRefused(t, c.name, h, c.next, c.code, c.want, &got)
 	}
 
 	// No checks exempt a request: served, uncounted, without headers.
@@ -538,4 +529,21 @@ func flood(t *testing.T, h http.Handler) (ok, refused int64) {
 	}
 	wg.Wait()
 	return admitted.Load(), denied.Load()
+}
+
+// checkRefused sends h one request that it cannot decide and checks that
+// it is answered code, that the error hook (which stores into got) saw an
+// error matching want, and that next was not called.
+func checkRefused(t *testing.T, name string, h, next http.Handler, code int, want error, got *error) {
+	t.Helper()
+	w := record(h, httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != code {
+		t.Errorf("%s: %d, want %d", name, w.Code, code)
+	}
+	if !errors.Is(*got, want) {
+		t.Errorf("%s: hook got %v, want %v", name, *got, want)
+	}
+	if n, ok := next.(*counting); ok && n.n.Load() != 0 {
+		t.Errorf("%s: the handler was called", name)
+	}
 }

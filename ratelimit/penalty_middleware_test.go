@@ -220,16 +220,7 @@ func TestPenaltyMiddlewareRefusesWhatItCannotDecide(t *testing.T) {
 		hook := WithErrorHook(func(_ *http.Request, err error) { got = err })
 		// Failing open is for outages; these are not, so it must not apply.
 		h := c.l.PenaltyMiddleware(c.key, c.p, hook, WithFailOpen())(c.next)
-		w := record(h, httptest.NewRequest(http.MethodGet, "/", nil))
-		if w.Code != c.code {
-			t.Errorf("%s: %d, want %d", c.name, w.Code, c.code)
-		}
-		if !errors.Is(got, c.want) {
-			t.Errorf("%s: hook got %v, want %v", c.name, got, c.want)
-		}
-		if n, ok := c.next.(*counting); ok && n.n.Load() != 0 {
-			t.Errorf("%s: the handler was called", c.name)
-		}
+		checkRefused(t, c.name, h, c.next, c.code, c.want, &got)
 	}
 	// A bad penalty is refused before anything about the request is asked.
 	if n := keyCalls.Load(); n != 0 {
