@@ -19,6 +19,9 @@
 -- Reply: the outcome of each request, in order: "placed <dorm>",
 -- "already <dorm>", "refused", "undone <dorm>" or "nobed".
 local state, log, ttl = KEYS[1], KEYS[2], ARGV[1]
+if redis.call('EXISTS', state) == 0 then
+  return redis.error_reply('batch closed') -- see ticket.lua
+end
 local outcomes = {}
 local i = 3
 while i <= #ARGV do

@@ -9,6 +9,9 @@
 -- ARGV[2]  the request's ticket
 -- ARGV[3]  the outcome, for the status page
 -- ARGV[4]  the batch's channel for decisions
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('batch closed') -- see ticket.lua
+end
 local pending = 'pending:' .. ARGV[1]
 redis.call('HSET', KEYS[1], 'result:' .. ARGV[1], ARGV[3])
 if redis.call('HGET', KEYS[1], pending) == ARGV[2] then

@@ -319,8 +319,9 @@ func (s *store) ticket(ctx context.Context, p *party) (int64, bool, error) {
 }
 
 // decide decides the queued requests reqs of batch b, in order, in one
-// script, and returns their outcomes. members gives a party's members.
-func (s *store) decide(ctx context.Context, b *batch, reqs []request, members func(party string) []string) ([]string, error) {
+// script. members gives a party's members. The outcomes go to the status
+// pages (the script records and publishes them), not to the caller.
+func (s *store) decide(ctx context.Context, b *batch, reqs []request, members func(party string) []string) error {
 	args := []any{s.ttl.Milliseconds(), s.decidedChannel(b)}
 	for _, r := range reqs {
 		args = append(args, r.Kind, r.Party, r.Ticket, len(r.Dorms))
@@ -337,7 +338,7 @@ func (s *store) decide(ctx context.Context, b *batch, reqs []request, members fu
 	if err == nil && len(outcomes) != len(reqs) {
 		err = fmt.Errorf("decide: %d outcomes for %d requests", len(outcomes), len(reqs))
 	}
-	return outcomes, err
+	return err
 }
 
 // decidedChannel is where the queued mode announces each decision of b's

@@ -9,6 +9,11 @@
 --          seq, pending:<party>, result:<party>   the queued mode's tickets
 -- log    the batch's assignment log (a list), kept for the audit; ttl (ms)
 --        is set when it is created
+--
+-- The state hash gets the run's TTL at setup and keeps it (it never
+-- empties). place and leave write to it only after finding a dorm's beds
+-- or a student's bed in it, so a hash that has expired is never re-created
+-- without a TTL; the other scripts check that it exists.
 
 local function logged(log, ttl, entry)
   if redis.call('RPUSH', log, entry) == 1 then

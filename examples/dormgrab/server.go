@@ -487,7 +487,7 @@ func (sv *server) consume(ctx context.Context, ds []*delayqueue.Delivery) error 
 		return nil
 	}
 	b := sv.campus.parties[reqs[0].Party].batch
-	if _, err := sv.store.decide(ctx, b, reqs, func(party string) []string {
+	if err := sv.store.decide(ctx, b, reqs, func(party string) []string {
 		return sv.campus.parties[party].memberIDs()
 	}); err != nil {
 		return err

@@ -8,6 +8,11 @@
 --
 -- Reply: {ticket, 1} a new ticket (enqueue its request), {ticket, 0} the
 -- party's waiting one.
+-- The hash carries the run's TTL from its setup: once it has expired the
+-- batch is over, and writing would re-create it without one.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('batch closed')
+end
 local field = 'pending:' .. ARGV[1]
 local t = redis.call('HGET', KEYS[1], field)
 if t then
