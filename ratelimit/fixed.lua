@@ -1,5 +1,7 @@
 -- fixed.lua: the fixed-window algorithm, for the decision scripts
 -- (scripts.go puts it after common.lua). Returns as gcra.lua describes.
+-- fixed_one.lua repeats this algorithm, inlined, for a single limit: a
+-- change here goes there too (the tests run both).
 
 -- The fixed window is a counter whose TTL is the window. When consuming,
 -- it is incremented first (the caller takes a refused request back with

@@ -410,3 +410,36 @@ func TestARefusedRequestLeavesFixedWindowsAsTheyWere(t *testing.T) {
 		}
 	})
 }
+
+// A single fixed window runs its own script (fixed_one.lua), a copy of the
+// algorithm AllowAll runs (fixed.lua): the two must answer alike.
+func TestOneFixedWindowAnswersAsAllowAllDoes(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		l := newLimiter(t, b.Client(t))
+		alone, together := redistest.Key(t), redistest.Key(t)
+		window, never := PerMinute(5).Using(FixedWindow), PerHour(1000)
+		for i, n := range []int64{2, 2, 1, 1, 3, 5, 1} {
+			a, err := l.AllowN(ctx, alone, window, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := l.AllowAll(ctx, n, Check{together, window}, Check{together, never})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := d.Results[0]
+			if a.Allowed != w.Allowed || a.Remaining != w.Remaining ||
+				(a.RetryAfter > 0) != (w.RetryAfter > 0) || (a.ResetAfter > 0) != (w.ResetAfter > 0) {
+				t.Fatalf("request %d (cost %d): alone %+v, in AllowAll %+v", i, n, a, w)
+			}
+			if a.RetryAfter > time.Minute || a.ResetAfter > time.Minute || a.ResetAfter <= 0 {
+				t.Fatalf("request %d: alone %+v: times outside the window", i, a)
+			}
+			p, err := l.Peek(ctx, alone, window)
+			if err != nil || p.Remaining != a.Remaining {
+				t.Fatalf("request %d: Peek %+v %v after %+v", i, p, err, a)
+			}
+		}
+	})
+}
