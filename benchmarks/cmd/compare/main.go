@@ -32,7 +32,7 @@ import (
 
 // libs are the sub-benchmark names of every library compared anywhere;
 // a benchmark runs those it has.
-var libs = []string{"surge", "surge-fair", "redsync", "redislock", "redis_rate", "ulule", "asynq", "asynq-tuned", "raw", "raw-hincrby", "raw-incr", "raw-bits", "raw-evalsha"}
+var libs = []string{"surge", "surge-fair", "redsync", "redislock", "redis_rate", "ulule", "asynq", "asynq-tuned", "raw", "raw-async", "raw-hincrby", "raw-incr", "raw-bits", "raw-evalsha"}
 
 func main() {
 	rounds := flag.Int("rounds", 20, "rounds of every library's benchmarks")
