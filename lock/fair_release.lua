@@ -1,23 +1,60 @@
--- fair_release.lua: release.lua for a fair lock. Its release message names
--- the first waiter in the queue, so that only that waiter's process tries
--- (the others would only renew their places), instead of every waiting
--- process at once.
+-- fair_release.lua: release.lua for a fair lock, which can also hand the
+-- lock straight to the next waiter when the releasing process knows that
+-- waiter is alive (it is one of its own goroutines, waiting).
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  queue (see fair_acquire.lua)
+-- KEYS[3]  places
+-- KEYS[4]  fence key (see fence.lua)
 -- ARGV[1]  owner token
+-- ARGV[2]  the token of a waiter to hand the lock to if it is first in
+--          the queue, or '' to release
+-- ARGV[3]  that waiter's lease in milliseconds
 --
--- Reply: as release.lua: 0 not held, 1 released, 2 released and the
--- first waiter told on the channel KEYS[1] .. ':released'.
+-- Reply: {code, fence}. Code 0: not held; 1: released; 2: released and the
+-- first waiter told on the channel KEYS[1] .. ':released'; 4: handed to
+-- ARGV[2], whose fence is the second value.
+--
+-- A release message names the first waiter in the queue, so that only
+-- that waiter's process tries (the others would only renew their places),
+-- instead of every waiting process at once. A handover skips that round:
+-- the waiter does not have to hear of the release and try, which saves a
+-- round trip per turn when the goroutines of one process queue for a lock.
+-- It goes only to the first in line (after places that expired are
+-- dropped), so the order is the queue's, as if the waiter had tried; and
+-- only to a waiter its process vouches for, so the lock is never handed
+-- to a dead one (a waiter of another process is told, not handed).
 
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] and v ~= ARGV[1] .. '+' then
-  return 0
+  return {0, 0}
 end
+
+if ARGV[2] ~= '' then
+  local now = now_ms()
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[2], unpack(gone))
+    redis.call('ZREM', KEYS[3], unpack(gone))
+  end
+  if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[2] then
+    redis.call('ZREM', KEYS[2], ARGV[2])
+    redis.call('ZREM', KEYS[3], ARGV[2])
+    -- As in fair_acquire.lua: with others still queued, the new holder's
+    -- release must tell them.
+    local value = ARGV[2]
+    if redis.call('ZCARD', KEYS[2]) > 0 then
+      value = value .. '+'
+    end
+    redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+    return {4, new_fence(KEYS[4])}
+  end
+end
+
 redis.call('DEL', KEYS[1])
 if v == ARGV[1] then
-  return 1
+  return {1, 0}
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1] or ''
 redis.call('PUBLISH', KEYS[1] .. ':released', first)
-return 2
+return {2, 0}

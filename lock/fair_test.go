@@ -183,3 +183,171 @@ func TestAFairTryLockDoesNotJumpTheQueue(t *testing.T) {
 		}
 	})
 }
+
+// localWaiters returns how many goroutines of c wait for the lock l is a
+// lease of.
+func localWaiters(c *Client, l *Lease) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.queues[l.key]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}
+
+// Goroutines of one Client queue for a fair lock: each release hands the
+// lock to the next of them (fair_release.lua), which then need not try
+// again, so every waiter costs one attempt (taking its place), not two.
+func TestAFairReleaseHandsTheLockToTheNextWaiterOfItsClient(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		faults := redistest.NewFaults()
+		c := newClient(t, b.Client(t, faults))
+		holder, err := c.TryLock(ctx, name, time.Minute, Fair(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		attempts := faults.On(redistest.Script(fairAcquireScript.Hash()))
+		const waiters = 8
+		type turn struct {
+			i     int
+			fence int64
+		}
+		turns := make(chan turn, waiters)
+		errs := make(chan error, waiters)
+		for i := range waiters {
+			go func() {
+				l, err := c.Lock(ctx, name, time.Minute, Fair(0))
+				if err != nil {
+					errs <- err
+					return
+				}
+				turns <- turn{i, l.Fence()}
+				// Hold on until the next waiter has its place in the
+				// lock's queue, so that this release can hand it the lock.
+				if i < waiters-1 {
+					redistest.WaitFor(t, 10*time.Second, "the next waiter's place", func() bool { return queued(t, b, l) == 1 })
+				}
+				errs <- l.Unlock(ctx)
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the waiter to queue", func() bool { return localWaiters(c, holder) == i+1 })
+		}
+		redistest.WaitFor(t, 10*time.Second, "the first waiter's place", func() bool { return queued(t, b, holder) == 1 })
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		last := holder.Fence()
+		for want := range waiters {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			got := <-turns
+			if got.i != want || got.fence <= last {
+				t.Fatalf("turn %d went to waiter %d with fence %d (previous %d): want arrival order, rising fences", want, got.i, got.fence, last)
+			}
+			last = got.fence
+		}
+		// Without handing over, each waiter would try twice (once for its
+		// place, once on hearing of the release): 16 attempts. The first
+		// tries once more, flagging the holder once subscribed.
+		if n := attempts.Hits(); n > waiters+1 {
+			t.Fatalf("%d fair acquire attempts for %d waiters, want at most %d", n, waiters, waiters+1)
+		}
+	})
+}
+
+// A waiter that gives up while a release is handing it the lock leaves
+// nothing held: the releaser releases what it handed.
+func TestAHandoverToAWaiterThatGaveUpIsReleased(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		faults := redistest.NewFaults()
+		c := newClient(t, b.Client(t, faults))
+		holder, err := c.TryLock(ctx, name, time.Minute, Fair(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, giveUp := context.WithCancel(ctx)
+		defer giveUp()
+		waited := make(chan error, 1)
+		go func() {
+			_, err := c.Lock(wctx, name, time.Minute, Fair(0))
+			waited <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the waiter's place", func() bool { return queued(t, b, holder) == 1 })
+
+		// The release is on its way, handing the lock to the waiter, when
+		// the waiter gives up; its leaving the queue comes after.
+		release := faults.On(redistest.Script(fairReleaseScript.Hash())).Hold().Times(1)
+		leave := faults.On(redistest.Script(fairLeaveScript.Hash())).Hold().Times(1)
+		t.Cleanup(release.Release)
+		t.Cleanup(leave.Release)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- holder.Unlock(ctx) }()
+		redistest.WaitFor(t, 10*time.Second, "the release to be sent", func() bool { return release.Hits() == 1 })
+		giveUp()
+		redistest.WaitFor(t, 10*time.Second, "the waiter to leave", func() bool { return leave.Hits() == 1 })
+		release.Release()
+		if err := <-unlocked; err != nil {
+			t.Fatal(err)
+		}
+		leave.Release()
+		if err := <-waited; !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock: %v, want ErrNotObtained and context.Canceled", err)
+		}
+		if n := b.Client(t).Exists(ctx, holder.key).Val(); n != 0 {
+			t.Fatal("the lock handed to a waiter that gave up is still held")
+		}
+	})
+}
+
+// A release whose reply is lost may have handed the lock over: the waiter
+// asks at once (its attempt finds it holds the lock) rather than at the
+// end of its wait, a third of the place timeout.
+func TestAWaiterAsksAtOnceWhenAHandoverMayHaveLanded(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		faults := redistest.NewFaults()
+		c := newClient(t, b.Client(t, faults))
+		const place = time.Minute // the wait without the wake-up: 20 s
+		holder, err := c.TryLock(ctx, name, time.Minute, Fair(place))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, stop := context.WithTimeout(ctx, 5*time.Second)
+		defer stop()
+		got := make(chan *Lease, 1)
+		go func() {
+			l, err := c.Lock(wctx, name, time.Minute, Fair(place))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the waiter's place", func() bool { return queued(t, b, holder) == 1 })
+		// Loaded first: a lost NOSCRIPT reply would hide that it never ran.
+		if err := b.Client(t).ScriptLoad(ctx, fairReleaseScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		faults.On(redistest.Script(fairReleaseScript.Hash())).LoseReply(errors.New("connection lost")).Times(1)
+		if err := holder.Unlock(ctx); err == nil {
+			t.Fatal("Unlock succeeded without its reply")
+		}
+		l := <-got
+		if l == nil {
+			t.FailNow()
+		}
+		if l.Fence() <= holder.Fence() {
+			t.Fatalf("fence %d after %d", l.Fence(), holder.Fence())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -160,6 +160,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		// A Redlock lease: no local waiters to wake.
 	case res == 3:
 		// The owner's other holds keep the lock: nobody to wake.
+	case res == 4:
+		// Handed to this Client's first waiter, which is told.
 	case res == 2:
 		l.c.wakeLocal(l.key, true)
 	default:
@@ -242,8 +244,45 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	return res == 1, err
 }
 
+// releaseFair runs fair_release.lua. If the head of this Client's queue
+// for the lock waits for it too, the script hands it the lock when it is
+// first in the lock's queue: the head need not hear of the release and
+// try, a round trip saved at every turn while one process's goroutines
+// queue for a fair lock.
+func (l *Lease) releaseFair(ctx context.Context) (int64, error) {
+	w := l.c.handoffTarget(l)
+	to, ttl := noHandoff, any(int64(0))
+	if w != nil {
+		to, ttl = w.lease.tokenArg, w.lease.ttlArg
+	}
+	sent := time.Now()
+	args := append(fairReleaseScript.Args(4, 3), l.keyArg, l.queueKeyArg, l.placesKeyArg, l.fenceKeyArg, l.tokenArg, to, ttl)
+	res, err := fairReleaseScript.Ints(ctx, l.c.rdb, args)
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("lock: fair release script replied %v", res)
+	}
+	if w != nil {
+		l.c.handedOver(ctx, w, err == nil && res[0] == 4, err != nil, fence(res), sent)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return res[0], nil
+}
+
+// noHandoff is the fair release script's argument for "hand to nobody".
+var noHandoff any = ""
+
+func fence(res []int64) int64 {
+	if len(res) == 2 {
+		return res[1]
+	}
+	return 0
+}
+
 // release runs the release script: 0 not held, 1 released, 2 released and
-// waiters told.
+// waiters told, 3 (a reentrant hold) released with other holds left, 4 (a
+// fair lock) handed to a waiter of this Client.
 func (l *Lease) release(ctx context.Context) (int64, error) {
 	if l.red != nil {
 		return l.red.release(ctx, l)
@@ -258,7 +297,7 @@ func (l *Lease) release(ctx context.Context) (int64, error) {
 		return l.rw.releaseShare(ctx, l)
 	}
 	if l.queueKeyArg != nil {
-		return fairReleaseScript.Int(ctx, l.c.rdb, append(fairReleaseScript.Args(2, 3), l.keyArg, l.queueKeyArg, l.tokenArg))
+		return l.releaseFair(ctx)
 	}
 	return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
 }

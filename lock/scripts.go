@@ -74,7 +74,7 @@ var (
 
 	//go:embed fair_release.lua
 	fairReleaseLua    string
-	fairReleaseScript = script.New(fairReleaseLua)
+	fairReleaseScript = withFence(fairReleaseLua)
 )
 
 var (

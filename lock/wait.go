@@ -51,6 +51,16 @@ type queue struct {
 type waiter struct {
 	wake  chan struct{} // capacity 1: a wake-up is never lost, repeats merge
 	token string        // the owner token it waits with
+	lease *Lease        // what it waits to start
+
+	// A fair lock's release by this Client may hand the lock straight to
+	// the head (Lease.releaseFair). Set under Client.mu: handing while the
+	// handover is in flight; handed, with fence and sent, once it landed;
+	// gone if the waiter gave up meanwhile (the releaser then releases
+	// what it handed).
+	handing, handed, gone bool
+	fence                 int64
+	sent                  time.Time
 
 	// Set under Client.mu when the waiter is made the head.
 	head       bool
@@ -78,12 +88,16 @@ type subscription struct {
 // and returns when it holds the lock, when an attempt fails, or when ctx
 // ends.
 func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
-	w := &waiter{wake: make(chan struct{}, 1), token: l.token}
+	w := &waiter{wake: make(chan struct{}, 1), token: l.token, lease: l}
 	q := c.enqueue(l.key, w)
 
 	backoff := time.Duration(0)
 	for {
 		c.mu.Lock()
+		if w.handed {
+			c.mu.Unlock()
+			return c.startHanded(q, w), nil
+		}
 		head, now, bound, subErr, flag := w.head, w.attemptNow, w.bound, q.subErr, q.subscribed
 		var confirmed <-chan struct{}
 		if head {
@@ -108,7 +122,9 @@ func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
 			case <-w.wake:
 				continue
 			case <-ctx.Done():
-				c.leave(q, w, promotion{now: true})
+				if c.quit(q, w) {
+					return c.started(w), nil
+				}
 				return nil, notObtained(ctx.Err())
 			}
 		}
@@ -133,15 +149,27 @@ func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
 			case <-timer.C:
 			case <-ctx.Done():
 				timer.Stop()
-				c.leave(q, w, promotion{now: true})
+				if c.quit(q, w) {
+					return c.started(w), nil
+				}
 				return nil, notObtained(ctx.Err())
 			}
 			timer.Stop()
+			c.mu.Lock()
+			handed := w.handed
+			c.mu.Unlock()
+			if handed {
+				return c.startHanded(q, w), nil
+			}
 		}
 
 		ok, pttl, err := c.attempt(ctx, l, flag)
 		if err != nil {
-			c.leave(q, w, promotion{now: true})
+			if c.quit(q, w) {
+				// Handed the lock while the attempt failed (and released
+				// what it may have taken): give it back.
+				c.abandon(ctx, l)
+			}
 			return nil, err
 		}
 		if ok {
@@ -249,6 +277,80 @@ func (c *Client) subscribe(ctx context.Context, q *queue) {
 			sub.pending[q.channel]--
 		}
 		c.mu.Unlock()
+	}
+}
+
+// quit removes w, which gives up, from q, and reports whether a fair
+// lock's release by this Client had already handed w the lock (see
+// startHanded): w then holds it. A handover still in flight is released by
+// its sender if it lands.
+func (c *Client) quit(q *queue, w *waiter) (handed bool) {
+	c.mu.Lock()
+	handed = w.handed
+	w.gone = w.handing
+	c.mu.Unlock()
+	c.leave(q, w, promotion{now: true})
+	return handed
+}
+
+// startHanded starts the lease of w, which was handed the lock, and makes
+// the next waiter the head; it tries at once, to take its place in the
+// lock's queue.
+func (c *Client) startHanded(q *queue, w *waiter) *Lease {
+	c.leave(q, w, promotion{now: true})
+	return c.started(w)
+}
+
+// started starts the lease of w, which was handed the lock and has left
+// its queue.
+func (c *Client) started(w *waiter) *Lease {
+	w.lease.start(w.fence, w.sent)
+	return w.lease
+}
+
+// handoffTarget returns the waiter a release of l could hand the lock to:
+// the head of this Client's queue for l's lock, if it waits for the same
+// fair lock; it is marked as being handed the lock. nil if there is none.
+func (c *Client) handoffTarget(l *Lease) *waiter {
+	if c.nqueues.Load() == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queues[l.key]
+	if q == nil || len(q.waiters) == 0 {
+		return nil
+	}
+	w := q.waiters[0]
+	if !w.lease.queueing || w.token == l.token || w.handing || w.handed || w.gone {
+		return nil
+	}
+	w.handing = true
+	return w
+}
+
+// handedOver records how a handover to w ended: handed (with fence, the
+// release having been sent at sent), not, or unknown (the release failed
+// and may have run). A waiter that gave up meanwhile gets nothing, and a
+// lock that may have been handed to it is released.
+func (c *Client) handedOver(ctx context.Context, w *waiter, handed, unknown bool, fence int64, sent time.Time) {
+	c.mu.Lock()
+	w.handing = false
+	switch {
+	case w.gone:
+	case handed:
+		w.handed, w.fence, w.sent = true, fence, sent
+		w.signal()
+	case unknown:
+		// It may hold the lock now: its next attempt would say so, so
+		// make that attempt now rather than at the end of its wait.
+		w.attemptNow = true
+		w.signal()
+	}
+	gone := w.gone
+	c.mu.Unlock()
+	if gone && (handed || unknown) {
+		c.abandon(ctx, w.lease)
 	}
 }
 

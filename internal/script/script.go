@@ -35,6 +35,9 @@ func New(src string) *Script {
 	return &Script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
+// Source returns the script's Lua source, as SCRIPT LOAD takes it.
+func (s *Script) Source() string { return s.src }
+
 // Hash returns the script's SHA1 in hex, as EVALSHA takes it.
 func (s *Script) Hash() string { return s.sha }
 
