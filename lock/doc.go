@@ -180,8 +180,12 @@
 // Redlock algorithm): an attempt sends SET key token NX PX ttl to all of
 // them at once and holds the lock if a majority (len/2+1) granted it and
 // some lease is left: validity = ttl - the attempt's duration - a
-// clock-drift allowance (1% of ttl + 2 ms). A failed attempt releases what
-// it took. Unlock releases on every server; Extend and AutoRenew need a
+// clock-drift allowance (1% of ttl + 2 ms). The attempt returns as soon as
+// a majority granted the lock, not waiting for the slowest server, whose
+// SET still goes on (an Unlock waits for it, so it cannot land after the
+// release). A failed attempt releases what it took, once every server
+// answered or the attempt's timeout (a tenth of the lease) passed. Unlock
+// releases on every server; Extend and AutoRenew need a
 // majority; Lock retries with a jittered backoff, since a release would
 // have to be heard from a majority of independent servers. A minority of
 // servers may be down, or restart empty, without breaking mutual

@@ -23,12 +23,15 @@ type Lease struct {
 	reader bool          // with rw: a read share (in the readers' set)
 	waits  bool          // with rw: a writer that waits, keeping new readers out
 	drift  time.Duration // Redlock's clock-drift allowance, taken off the deadline
-	name   string
-	key    string
-	token  string
-	renew  bool
-	fence  int64
-	parent context.Context // gives Context its values
+	// settled is closed when the SETs of a Redlock attempt have all
+	// returned: a release waits for it, so none lands after the release.
+	settled <-chan struct{}
+	name    string
+	key     string
+	token   string
+	renew   bool
+	fence   int64
+	parent  context.Context // gives Context its values
 
 	// Script arguments, boxed once for all the lease's calls.
 	keyArg, fenceKeyArg, tokenArg, ttlArg any

@@ -131,29 +131,49 @@ func (r *Redlock) newLease(ctx context.Context, name string, ttl time.Duration, 
 // each runs call on every node at once and returns how many returned
 // true, how many failed, and the first failure.
 func (r *Redlock) each(ctx context.Context, call func(ctx context.Context, node RedisClient) (bool, error)) (ok, failed int, firstErr error) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
+	return r.gather(ctx, 0, nil, call)
+}
+
+// gather runs call on every node at once and counts the answers as they
+// come: how many returned true, how many failed, and the first failure.
+// With enough > 0 it returns as soon as enough nodes returned true; the
+// other calls run on. done, if not nil, runs once all have returned.
+func (r *Redlock) gather(ctx context.Context, enough int, done func(), call func(ctx context.Context, node RedisClient) (bool, error)) (ok, failed int, firstErr error) {
+	type answer struct {
+		yes bool
+		err error
+	}
+	answers := make(chan answer, len(r.nodes)) // late answers never block
+	var wg sync.WaitGroup
 	for _, n := range r.nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			yes, err := call(ctx, n)
-			mu.Lock()
-			defer mu.Unlock()
-			if yes {
-				ok++
-			}
-			if err != nil {
-				failed++
-				if firstErr == nil {
-					firstErr = err
-				}
-			}
+			answers <- answer{yes, err}
 		}()
 	}
-	wg.Wait()
+	if done != nil {
+		go func() {
+			wg.Wait()
+			done()
+		}()
+	}
+	for left := len(r.nodes); left > 0; left-- {
+		a := <-answers
+		if a.yes {
+			ok++
+		}
+		if a.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = a.err
+			}
+		}
+		if enough > 0 && ok >= enough {
+			break
+		}
+	}
 	return ok, failed, firstErr
 }
 
@@ -166,9 +186,16 @@ func (r *Redlock) attempt(ctx context.Context, l *Lease) error {
 	// down: waiting longer would eat the lease the others granted. (The
 	// deadline bounds a node's socket reads only if its client has
 	// ContextTimeoutEnabled; otherwise its ReadTimeout does.)
+	//
+	// Once a majority granted it, the lock is taken: the other nodes'
+	// answers are not waited for, though their SETs go on, so that every
+	// node that can hold the lock does. A release waits for them
+	// (settled), or a SET that came late could outlive it.
 	actx, cancel := context.WithTimeout(ctx, max(l.ttl/10, time.Millisecond))
+	settled := make(chan struct{})
+	l.settled = settled
 	set := []any{"set", l.keyArg, l.tokenArg, "nx", "px", l.ttlArg} // read-only: shared by the nodes
-	granted, _, err := r.each(actx, func(ctx context.Context, n RedisClient) (bool, error) {
+	granted, _, err := r.gather(actx, r.quorum, func() { cancel(); close(settled) }, func(ctx context.Context, n RedisClient) (bool, error) {
 		cmd := redis.NewStatusCmd(ctx, set...)
 		err := n.Process(ctx, cmd)
 		if errors.Is(err, redis.Nil) {
@@ -176,7 +203,6 @@ func (r *Redlock) attempt(ctx context.Context, l *Lease) error {
 		}
 		return err == nil, err
 	})
-	cancel()
 	validity := l.ttl - time.Since(start) - l.drift
 	if granted >= r.quorum && validity > 0 {
 		l.start(0, start)
@@ -202,6 +228,13 @@ func (r *Redlock) abandon(ctx context.Context, l *Lease) {
 // release runs release.lua on every node: 1 if any node released the
 // lock, 0 if none held it; an error only if no node answered.
 func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
+	if l.settled != nil {
+		select {
+		case <-l.settled:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 	args := append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg) // read-only: shared by the nodes
 	released, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
 		res, err := releaseScript.Int(ctx, n, args)

@@ -59,6 +59,46 @@ func TestRedlockOnFiveServers(t *testing.T) {
 	t.Run("never two holders", func(t *testing.T) { redlockNeverHasTwoHolders(t, clients) })
 	t.Run("lost when a majority loses it", func(t *testing.T) { redlockLeaseIsLostWhenAMajorityLosesIt(t, clients) })
 	t.Run("a failed TryLock returns no lease", func(t *testing.T) { aFailedRedlockTryLockReturnsNoLease(t, clients) })
+	t.Run("taken at a majority, released after every SET", func(t *testing.T) { redlockIsTakenAtAMajorityAndReleasedAfterEverySET(t, clients) })
+}
+
+// A Redlock attempt returns once a majority granted the lock, without
+// waiting for the slowest node; its release waits for that node's SET, so
+// the SET cannot land after the release and leave the lock behind.
+func redlockIsTakenAtAMajorityAndReleasedAfterEverySET(t *testing.T, clients []*redis.Client) {
+	ctx := context.Background()
+	faults := redistest.NewFaults()
+	slow := redis.NewClient(&redis.Options{Addr: clients[4].Options().Addr})
+	t.Cleanup(func() { _ = slow.Close() })
+	slow.AddHook(faults)
+	r := newRedlock(t, append(clients[:4:4], slow))
+	held := faults.On(redistest.Command("set")).Hold().Times(1)
+	t.Cleanup(held.Release)
+
+	l, err := r.TryLock(ctx, "order:late", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Hits() != 1 {
+		t.Fatalf("%d SETs held, want the fifth on its way", held.Hits())
+	}
+	redistest.WaitFor(t, 10*time.Second, "the other four nodes to grant the lock", func() bool { return holders(t, clients, l.key) == 4 })
+	// While the fifth SET is on its way, a release cannot go out.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := l.Unlock(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock with a SET on its way: %v, want it to wait (and its context to end)", err)
+	}
+	if n := holders(t, clients, l.key); n != 4 {
+		t.Fatalf("held on %d nodes after a release that had to wait, want 4", n)
+	}
+	held.Release()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := holders(t, clients, l.key); n != 0 {
+		t.Fatalf("held on %d nodes after Unlock", n)
+	}
 }
 
 func redlockIsExclusiveOnAMajority(t *testing.T, clients []*redis.Client) {
@@ -68,6 +108,7 @@ func redlockIsExclusiveOnAMajority(t *testing.T, clients []*redis.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-l.settled // TryLock returns once a majority granted it; the rest follow
 	if n := holders(t, clients, l.key); n != 5 {
 		t.Fatalf("held on %d of 5 nodes", n)
 	}
@@ -104,6 +145,7 @@ func TestRedlockSurvivesAMinorityOfNodesDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-l.settled // every node answered: all five hold it
 	// One node stops while the lock is held: extending still reaches a
 	// majority, and nobody else can take it.
 	servers[0].Stop()
@@ -193,6 +235,7 @@ func redlockLeaseIsLostWhenAMajorityLosesIt(t *testing.T, clients []*redis.Clien
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-l.settled // every node answered: all five hold it
 	for _, c := range clients[:3] {
 		if err := c.Del(ctx, l.key).Err(); err != nil {
 			t.Fatal(err)
