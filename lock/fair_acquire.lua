@@ -23,11 +23,7 @@
 local now = now_ms()
 
 -- Waiters that stopped coming back lose their places first.
-local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-if #gone > 0 then
-  redis.call('ZREM', KEYS[3], unpack(gone))
-  redis.call('ZREM', KEYS[4], unpack(gone))
-end
+drop_gone(KEYS[3], KEYS[4], now)
 
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] or holder == ARGV[1] .. '+' then
@@ -35,16 +31,7 @@ if holder == ARGV[1] or holder == ARGV[1] .. '+' then
 end
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if not holder and (not first or first == ARGV[1]) then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  -- With others still queued, flag the lock at once: its release must
-  -- wake them, and they may not try again before it.
-  local value = ARGV[1]
-  if redis.call('ZCARD', KEYS[3]) > 0 then
-    value = value .. '+'
-  end
-  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-  return new_fence(KEYS[2])
+  return take(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 end
 
 -- Not now: hold (or keep) a place at the back, and come back within the

@@ -31,23 +31,9 @@ if v ~= ARGV[1] and v ~= ARGV[1] .. '+' then
 end
 
 if ARGV[2] ~= '' then
-  local now = now_ms()
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-  if #gone > 0 then
-    redis.call('ZREM', KEYS[2], unpack(gone))
-    redis.call('ZREM', KEYS[3], unpack(gone))
-  end
+  drop_gone(KEYS[2], KEYS[3], now_ms())
   if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[2] then
-    redis.call('ZREM', KEYS[2], ARGV[2])
-    redis.call('ZREM', KEYS[3], ARGV[2])
-    -- As in fair_acquire.lua: with others still queued, the new holder's
-    -- release must tell them.
-    local value = ARGV[2]
-    if redis.call('ZCARD', KEYS[2]) > 0 then
-      value = value .. '+'
-    end
-    redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-    return {4, new_fence(KEYS[4])}
+    return {4, take(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[2], ARGV[3])}
   end
 end
 

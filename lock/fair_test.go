@@ -184,6 +184,22 @@ func TestAFairTryLockDoesNotJumpTheQueue(t *testing.T) {
 	})
 }
 
+// heldFair returns a Client whose commands pass through faults and a lease
+// it holds on a new fair lock (place timeout place), with a context that
+// ends with the test or after a minute.
+func heldFair(t *testing.T, b *redistest.Backend, place time.Duration) (context.Context, *Client, *redistest.Faults, *Lease) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	faults := redistest.NewFaults()
+	c := newClient(t, b.Client(t, faults))
+	holder, err := c.TryLock(ctx, redistest.Key(t), time.Minute, Fair(place))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c, faults, holder
+}
+
 // localWaiters returns how many goroutines of c wait for the lock l is a
 // lease of.
 func localWaiters(c *Client, l *Lease) int {
@@ -200,15 +216,8 @@ func localWaiters(c *Client, l *Lease) int {
 // again, so every waiter costs one attempt (taking its place), not two.
 func TestAFairReleaseHandsTheLockToTheNextWaiterOfItsClient(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		name := redistest.Key(t)
-		faults := redistest.NewFaults()
-		c := newClient(t, b.Client(t, faults))
-		holder, err := c.TryLock(ctx, name, time.Minute, Fair(0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx, c, faults, holder := heldFair(t, b, 0)
+		name := holder.Name()
 		attempts := faults.On(redistest.Script(fairAcquireScript.Hash()))
 		const waiters = 8
 		type turn struct {
@@ -262,15 +271,8 @@ func TestAFairReleaseHandsTheLockToTheNextWaiterOfItsClient(t *testing.T) {
 // nothing held: the releaser releases what it handed.
 func TestAHandoverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		name := redistest.Key(t)
-		faults := redistest.NewFaults()
-		c := newClient(t, b.Client(t, faults))
-		holder, err := c.TryLock(ctx, name, time.Minute, Fair(0))
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx, c, faults, holder := heldFair(t, b, 0)
+		name := holder.Name()
 		wctx, giveUp := context.WithCancel(ctx)
 		defer giveUp()
 		waited := make(chan error, 1)
@@ -310,16 +312,9 @@ func TestAHandoverToAWaiterThatGaveUpIsReleased(t *testing.T) {
 // end of its wait, a third of the place timeout.
 func TestAWaiterAsksAtOnceWhenAHandoverMayHaveLanded(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		name := redistest.Key(t)
-		faults := redistest.NewFaults()
-		c := newClient(t, b.Client(t, faults))
 		const place = time.Minute // the wait without the wake-up: 20 s
-		holder, err := c.TryLock(ctx, name, time.Minute, Fair(place))
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx, c, faults, holder := heldFair(t, b, place)
+		name := holder.Name()
 		wctx, stop := context.WithTimeout(ctx, 5*time.Second)
 		defer stop()
 		got := make(chan *Lease, 1)

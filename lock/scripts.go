@@ -63,10 +63,18 @@ var (
 	semLimitScript = script.New(semLimitLua)
 )
 
+// fair_common.lua is prepended (after withFence's) to the fair lock's
+// scripts that hand the lock out.
+//
+//go:embed fair_common.lua
+var fairCommonLua string
+
+func fairScript(src string) *script.Script { return withFence(fairCommonLua + "\n" + src) }
+
 var (
 	//go:embed fair_acquire.lua
 	fairAcquireLua    string
-	fairAcquireScript = withFence(fairAcquireLua)
+	fairAcquireScript = fairScript(fairAcquireLua)
 
 	//go:embed fair_leave.lua
 	fairLeaveLua    string
@@ -74,7 +82,7 @@ var (
 
 	//go:embed fair_release.lua
 	fairReleaseLua    string
-	fairReleaseScript = withFence(fairReleaseLua)
+	fairReleaseScript = fairScript(fairReleaseLua)
 )
 
 var (
