@@ -140,15 +140,23 @@ func (b *Backend) IsCluster() bool { return b.Name == ClusterB }
 // Addrs returns the addresses of the backend's servers.
 func (b *Backend) Addrs() []string { return b.addr }
 
+// readTimeout is the read timeout of Backend clients.
+const readTimeout = 30 * time.Second
+
 // Client returns a new client for the backend with the given hooks added
 // (a *Faults, say). It is closed when the test ends.
+//
+// Its read timeout is long (readTimeout): go-redis re-sends a command or
+// pipeline whose reply timed out, and a script that ran twice would fail
+// a test for the machine's slowness (miniredis under -race on two busy
+// cores can take seconds over a large script or pipeline), not the code's.
 func (b *Backend) Client(t testing.TB, hooks ...redis.Hook) redis.UniversalClient {
 	t.Helper()
 	var rdb redis.UniversalClient
 	if b.IsCluster() {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.addr})
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.addr, ReadTimeout: readTimeout})
 	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: b.addr[0]})
+		rdb = redis.NewClient(&redis.Options{Addr: b.addr[0], ReadTimeout: readTimeout})
 	}
 	for _, h := range hooks {
 		rdb.AddHook(h)
