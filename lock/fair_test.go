@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,5 +345,65 @@ func TestAWaiterAsksAtOnceWhenAHandoverMayHaveLanded(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// Goroutines of two Clients take a fair lock in turns while some give up
+// at random moments (handovers in flight among them): never two holders,
+// every turn that did not give up is served, and nothing is left held.
+func TestFairHandoversUnderContentionWithWaitersGivingUp(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		clients := []*Client{newClient(t, b.Client(t)), newClient(t, b.Client(t))}
+		var held overlap
+		var taken, gaveUp atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := clients[g%2]
+				for i := range 15 {
+					wctx, stop := ctx, context.CancelFunc(func() {})
+					if (g+i)%4 == 0 {
+						// Gives up soon: in the local queue, in Redis's, or
+						// while a release hands it the lock.
+						wctx, stop = context.WithTimeout(ctx, time.Duration(1+(g*7+i)%5)*time.Millisecond)
+					}
+					l, err := c.Lock(wctx, name, time.Minute, Fair(0))
+					stop()
+					if err != nil {
+						if ctx.Err() != nil || !errors.Is(err, ErrNotObtained) {
+							t.Error(err)
+							return
+						}
+						gaveUp.Add(1)
+						continue
+					}
+					held.enter()
+					taken.Add(1)
+					held.leave()
+					if err := l.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if held.most.Load() != 1 {
+			t.Fatalf("%d holders at once", held.most.Load())
+		}
+		if taken.Load()+gaveUp.Load() != 12*15 || taken.Load() < 12*15*3/4 {
+			t.Fatalf("%d turns taken, %d given up, of %d (at most a quarter may give up)", taken.Load(), gaveUp.Load(), 12*15)
+		}
+		// Nothing is left held: a new owner gets the lock at once.
+		l, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute, Fair(0))
+		if err != nil {
+			t.Fatalf("after the crowd: %v", err)
+		}
+		_ = l.Unlock(ctx)
 	})
 }
