@@ -166,8 +166,8 @@ func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
 		ok, pttl, err := c.attempt(ctx, l, flag)
 		if err != nil {
 			if c.quit(q, w) {
-				// Handed the lock while the attempt failed (and released
-				// what it may have taken): give it back.
+				// A release handed it the lock meanwhile, maybe after the
+				// failed attempt cleaned up: give the lock back.
 				c.abandon(ctx, l)
 			}
 			return nil, err
