@@ -135,8 +135,10 @@
 //
 // When the first in the queue is a waiter of the releasing Client, the
 // release hands it the lock in the same script (new fence, the waiter's
-// own lease) instead of telling it to try: a round trip saved at every
-// turn while one process's goroutines take turns. Only a Client's own
+// own lease) instead of telling it to try, and gives the Client's next
+// waiter its place in the queue, which that waiter would otherwise take
+// with an attempt of its own: while one process's goroutines take turns,
+// each turn costs one command, the release. Only a Client's own
 // waiters are handed the lock, because only for them does the releaser
 // know the waiter is alive; a waiter that gives up while a handover is on
 // its way has the lock released for it. A waiter in another process is

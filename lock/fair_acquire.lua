@@ -38,14 +38,7 @@ end
 -- place timeout.
 local placeTimeout = tonumber(ARGV[4])
 if ARGV[5] == '1' then
-  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
-    redis.call('ZADD', KEYS[3], (tonumber(last) or 0) + 1, ARGV[1])
-  end
-  redis.call('ZADD', KEYS[4], now + placeTimeout, ARGV[1])
-  -- The queue lives while anyone keeps a place in it.
-  redis.call('PEXPIRE', KEYS[3], 2 * placeTimeout)
-  redis.call('PEXPIRE', KEYS[4], 2 * placeTimeout)
+  hold_place(KEYS[3], KEYS[4], ARGV[1], now, placeTimeout)
 end
 if holder then
   return busy(KEYS[1], holder, ARGV[3])

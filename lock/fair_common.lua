@@ -1,6 +1,6 @@
 -- fair_common.lua is prepended (after fence.lua and sem_common.lua) to the
--- fair lock's scripts that hand the lock out: fair_acquire.lua, and
--- fair_release.lua when it hands the lock over.
+-- fair lock's scripts that hand the lock out or give places in its queue:
+-- fair_acquire.lua, and fair_release.lua when it hands the lock over.
 
 -- drop_gone removes the waiters that stopped coming back (their places
 -- expired by Redis ms now) from the queue.
@@ -25,4 +25,18 @@ local function take(lock, fence, queue, places, token, ttl)
   end
   redis.call('SET', lock, value, 'PX', ttl)
   return new_fence(fence)
+end
+
+-- hold_place gives token a place at the back of the queue, or keeps the
+-- one it has, until Redis ms now + timeout: a waiter that does not come
+-- back by then loses it.
+local function hold_place(queue, places, token, now, timeout)
+  if not redis.call('ZSCORE', queue, token) then
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
+    redis.call('ZADD', queue, (tonumber(last) or 0) + 1, token)
+  end
+  redis.call('ZADD', places, now + timeout, token)
+  -- The queue lives while anyone keeps a place in it.
+  redis.call('PEXPIRE', queue, 2 * timeout)
+  redis.call('PEXPIRE', places, 2 * timeout)
 end

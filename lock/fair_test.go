@@ -3,6 +3,8 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,8 +215,8 @@ func localWaiters(c *Client, l *Lease) int {
 }
 
 // Goroutines of one Client queue for a fair lock: each release hands the
-// lock to the next of them (fair_release.lua), which then need not try
-// again, so every waiter costs one attempt (taking its place), not two.
+// lock to the next of them (fair_release.lua) and gives the one after it
+// its place in the lock's queue, so only the first waiter ever tries.
 func TestAFairReleaseHandsTheLockToTheNextWaiterOfItsClient(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx, c, faults, holder := heldFair(t, b, 0)
@@ -260,10 +262,11 @@ func TestAFairReleaseHandsTheLockToTheNextWaiterOfItsClient(t *testing.T) {
 			last = got.fence
 		}
 		// Without handing over, each waiter would try twice (once for its
-		// place, once on hearing of the release): 16 attempts. The first
-		// tries once more, flagging the holder once subscribed.
-		if n := attempts.Hits(); n > waiters+1 {
-			t.Fatalf("%d fair acquire attempts for %d waiters, want at most %d", n, waiters, waiters+1)
+		// place, once on hearing of the release): 16 attempts. Only the
+		// first tries at all (once, and once more flagging the holder when
+		// subscribed): each handover gives the next waiter its place.
+		if n := attempts.Hits(); n != 2 {
+			t.Fatalf("%d fair acquire attempts for %d waiters, want 2 (the first waiter's)", n, waiters)
 		}
 	})
 }
@@ -405,5 +408,50 @@ func TestFairHandoversUnderContentionWithWaitersGivingUp(t *testing.T) {
 			t.Fatalf("after the crowd: %v", err)
 		}
 		_ = l.Unlock(ctx)
+	})
+}
+
+// A waiter of another process that queued while a Client's second waiter
+// was still in that Client's own queue goes before it: the handover to
+// the first gives the second a place behind it, and the second is told
+// when it is its turn (it does not wait out a third of its place timeout).
+func TestAHandoverQueuesTheNextWaiterBehindOtherProcesses(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		const place = time.Minute // a third of it would outlast the test
+		ctx, c, _, holder := heldFair(t, b, place)
+		name := holder.Name()
+		order := make(chan string, 3)
+		errs := make(chan error, 3)
+		take := func(who string, c *Client) {
+			wctx, stop := context.WithTimeout(ctx, 10*time.Second)
+			defer stop()
+			l, err := c.Lock(wctx, name, time.Minute, Fair(place))
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", who, err)
+				return
+			}
+			order <- who
+			errs <- l.Unlock(ctx)
+		}
+		go take("first of the holder's Client", c)
+		redistest.WaitFor(t, 10*time.Second, "the first waiter's place", func() bool { return queued(t, b, holder) == 1 })
+		go take("second of the holder's Client", c)
+		redistest.WaitFor(t, 10*time.Second, "the second waiter to queue in its Client", func() bool { return localWaiters(c, holder) == 2 })
+		go take("another process", newClient(t, b.Client(t)))
+		redistest.WaitFor(t, 10*time.Second, "the other process's place", func() bool { return queued(t, b, holder) == 2 })
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for range 3 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, <-order)
+		}
+		want := []string{"first of the holder's Client", "another process", "second of the holder's Client"}
+		if !slices.Equal(got, want) {
+			t.Fatalf("order %q, want %q", got, want)
+		}
 	})
 }

@@ -252,20 +252,32 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 // first in the lock's queue: the head need not hear of the release and
 // try, a round trip saved at every turn while one process's goroutines
 // queue for a fair lock.
+//
+// The handover also gives the waiter after the head, if it waits for the
+// lock too, its place in the lock's queue, which it would otherwise take
+// with an attempt of its own as soon as it became the head: it then only
+// waits, and the lock costs its Client one command per turn.
 func (l *Lease) releaseFair(ctx context.Context) (int64, error) {
-	w := l.c.handoffTarget(l)
-	to, ttl := noHandoff, any(int64(0))
+	w, next := l.c.handoffTarget(l)
+	to, ttl, after, place := noWaiter, any(int64(0)), noWaiter, any(int64(0))
 	if w != nil {
 		to, ttl = w.lease.tokenArg, w.lease.ttlArg
 	}
+	if next != nil {
+		after, place = next.lease.tokenArg, next.lease.placeArg
+	}
 	sent := time.Now()
-	args := append(fairReleaseScript.Args(4, 3), l.keyArg, l.queueKeyArg, l.placesKeyArg, l.fenceKeyArg, l.tokenArg, to, ttl)
+	args := append(fairReleaseScript.Args(4, 5), l.keyArg, l.queueKeyArg, l.placesKeyArg, l.fenceKeyArg, l.tokenArg, to, ttl, after, place)
 	res, err := fairReleaseScript.Ints(ctx, l.c.rdb, args)
-	if err == nil && len(res) != 2 {
+	if err == nil && len(res) != 3 {
 		err = fmt.Errorf("lock: fair release script replied %v", res)
 	}
 	if w != nil {
-		l.c.handedOver(ctx, w, err == nil && res[0] == 4, err != nil, fence(res), sent)
+		var h handover
+		if err == nil {
+			h = handover{handed: res[0] == 4, fence: res[1], placed: res[2] == 1}
+		}
+		l.c.handedOver(ctx, w, next, h, err != nil, sent)
 	}
 	if err != nil {
 		return 0, err
@@ -273,14 +285,15 @@ func (l *Lease) releaseFair(ctx context.Context) (int64, error) {
 	return res[0], nil
 }
 
-// noHandoff is the fair release script's argument for "hand to nobody".
-var noHandoff any = ""
+// noWaiter is the fair release script's argument for "nobody".
+var noWaiter any = ""
 
-func fence(res []int64) int64 {
-	if len(res) == 2 {
-		return res[1]
-	}
-	return 0
+// handover is what a fair release did for this Client's waiters: handed
+// the lock to the first (with fence) and maybe placed the second in the
+// lock's queue.
+type handover struct {
+	handed, placed bool
+	fence          int64
 }
 
 // release runs the release script: 0 not held, 1 released, 2 released and

@@ -61,6 +61,10 @@ type waiter struct {
 	handing, handed, gone bool
 	fence                 int64
 	sent                  time.Time
+	// placed: such a handover gave it a place in the lock's queue, so on
+	// becoming the head it waits to be handed the lock (renewing the
+	// place in time) instead of trying at once.
+	placed bool
 
 	// Set under Client.mu when the waiter is made the head.
 	head       bool
@@ -311,35 +315,45 @@ func (c *Client) started(w *waiter) *Lease {
 // handoffTarget returns the waiter a release of l could hand the lock to:
 // the head of this Client's queue for l's lock, if it waits for the same
 // fair lock; it is marked as being handed the lock. nil if there is none.
-func (c *Client) handoffTarget(l *Lease) *waiter {
+// next is the waiter after it, if it waits for the fair lock too, for the
+// handover to give a place in the lock's queue.
+func (c *Client) handoffTarget(l *Lease) (w, next *waiter) {
 	if c.nqueues.Load() == 0 {
-		return nil
+		return nil, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.queues[l.key]
 	if q == nil || len(q.waiters) == 0 {
-		return nil
+		return nil, nil
 	}
-	w := q.waiters[0]
+	w = q.waiters[0]
 	if !w.lease.queueing || w.token == l.token || w.handing || w.handed || w.gone {
-		return nil
+		return nil, nil
 	}
 	w.handing = true
-	return w
+	if len(q.waiters) > 1 && q.waiters[1].lease.queueing {
+		next = q.waiters[1]
+	}
+	return w, next
 }
 
-// handedOver records how a handover to w ended: handed (with fence, the
-// release having been sent at sent), not, or unknown (the release failed
-// and may have run). A waiter that gave up meanwhile gets nothing, and a
-// lock that may have been handed to it is released.
-func (c *Client) handedOver(ctx context.Context, w *waiter, handed, unknown bool, fence int64, sent time.Time) {
+// handedOver records how a handover to w ended (h), the release having
+// been sent at sent, or that it is unknown (the release failed and may
+// have run). A waiter that gave up meanwhile gets nothing, and a lock that
+// may have been handed to it is released. next is the waiter the release
+// was to give a place.
+func (c *Client) handedOver(ctx context.Context, w, next *waiter, h handover, unknown bool, sent time.Time) {
 	c.mu.Lock()
 	w.handing = false
+	if h.placed && next != nil {
+		next.placed = true
+	}
+	handed := h.handed
 	switch {
 	case w.gone:
 	case handed:
-		w.handed, w.fence, w.sent = true, fence, sent
+		w.handed, w.fence, w.sent = true, h.fence, sent
 		w.signal()
 	case unknown:
 		// It may hold the lock now: its next attempt would say so, so
@@ -372,7 +386,13 @@ func (c *Client) leave(q *queue, w *waiter, p promotion) {
 	}
 	if w.head && len(q.waiters) > 0 {
 		next := q.waiters[0]
-		next.head, next.attemptNow, next.bound, next.seen = true, p.now, p.bound, q.gen
+		now, bound := p.now, p.bound
+		if next.placed {
+			// A handover gave it its place: it waits for the lock to be
+			// handed to it, and comes back to renew the place in time.
+			now, bound, next.placed = false, next.lease.place/3, false
+		}
+		next.head, next.attemptNow, next.bound, next.seen = true, now, bound, q.gen
 		next.signal()
 	}
 	if len(q.waiters) > 0 {
