@@ -455,3 +455,54 @@ func TestAHandoverQueuesTheNextWaiterBehindOtherProcesses(t *testing.T) {
 		}
 	})
 }
+
+// A waiter that gives up while a release is giving it a place in the
+// queue (it was second in its Client) does not keep that place: it would
+// hold up everyone behind it until the place timed out.
+func TestAWaiterThatGaveUpWhileBeingPlacedKeepsNoPlace(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, c, faults, holder := heldFair(t, b, 0)
+		name := holder.Name()
+		first := make(chan *Lease, 1)
+		go func() {
+			l, err := c.Lock(ctx, name, time.Minute, Fair(0))
+			if err != nil {
+				t.Error(err)
+			}
+			first <- l
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the first waiter's place", func() bool { return queued(t, b, holder) == 1 })
+		wctx, giveUp := context.WithCancel(ctx)
+		defer giveUp()
+		second := make(chan error, 1)
+		go func() {
+			_, err := c.Lock(wctx, name, time.Minute, Fair(0))
+			second <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the second waiter to queue in its Client", func() bool { return localWaiters(c, holder) == 2 })
+
+		release := faults.On(redistest.Script(fairReleaseScript.Hash())).Hold().Times(1)
+		t.Cleanup(release.Release)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- holder.Unlock(ctx) }()
+		redistest.WaitFor(t, 10*time.Second, "the release to be sent", func() bool { return release.Hits() == 1 })
+		giveUp()
+		if err := <-second; !errors.Is(err, context.Canceled) {
+			t.Fatalf("second waiter: %v, want context.Canceled", err)
+		}
+		release.Release()
+		if err := <-unlocked; err != nil {
+			t.Fatal(err)
+		}
+		l := <-first
+		if l == nil {
+			t.FailNow()
+		}
+		if n := queued(t, b, holder); n != 0 {
+			t.Fatalf("%d places left in the queue, want none (the second waiter gave up)", n)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -63,8 +63,10 @@ type waiter struct {
 	sent                  time.Time
 	// placed: such a handover gave it a place in the lock's queue, so on
 	// becoming the head it waits to be handed the lock (renewing the
-	// place in time) instead of trying at once.
-	placed bool
+	// place in time) instead of trying at once. placing while a handover
+	// that is to place it is in flight: if it gives up meanwhile (gone),
+	// the releaser takes the place away again.
+	placed, placing bool
 
 	// Set under Client.mu when the waiter is made the head.
 	head       bool
@@ -291,7 +293,7 @@ func (c *Client) subscribe(ctx context.Context, q *queue) {
 func (c *Client) quit(q *queue, w *waiter) (handed bool) {
 	c.mu.Lock()
 	handed = w.handed
-	w.gone = w.handing
+	w.gone = w.handing || w.placing
 	c.mu.Unlock()
 	c.leave(q, w, promotion{now: true})
 	return handed
@@ -332,8 +334,9 @@ func (c *Client) handoffTarget(l *Lease) (w, next *waiter) {
 		return nil, nil
 	}
 	w.handing = true
-	if len(q.waiters) > 1 && q.waiters[1].lease.queueing {
+	if len(q.waiters) > 1 && q.waiters[1].lease.queueing && !q.waiters[1].gone {
 		next = q.waiters[1]
+		next.placing = true
 	}
 	return w, next
 }
@@ -346,8 +349,16 @@ func (c *Client) handoffTarget(l *Lease) (w, next *waiter) {
 func (c *Client) handedOver(ctx context.Context, w, next *waiter, h handover, unknown bool, sent time.Time) {
 	c.mu.Lock()
 	w.handing = false
-	if h.placed && next != nil {
-		next.placed = true
+	var unplace *Lease
+	if next != nil {
+		next.placing = false
+		switch {
+		case next.gone && (h.placed || unknown):
+			// It gave up while the release placed it.
+			unplace = next.lease
+		case h.placed:
+			next.placed = true
+		}
 	}
 	handed := h.handed
 	switch {
@@ -365,6 +376,9 @@ func (c *Client) handedOver(ctx context.Context, w, next *waiter, h handover, un
 	c.mu.Unlock()
 	if gone && (handed || unknown) {
 		c.abandon(ctx, w.lease)
+	}
+	if unplace != nil {
+		c.leaveQueue(ctx, unplace)
 	}
 }
 
