@@ -107,7 +107,6 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 	// One string holds both keys: the lock key is a prefix of the fence key.
 	fenceKey := hashtag.Key(c.prefix, name, fenceSuffix)
 	key := fenceKey[:len(fenceKey)-len(fenceSuffix)]
-	ttl = ttl.Truncate(time.Millisecond)
 	var holdsKey, hold any
 	if lc.reentrant {
 		id, err := newToken()
@@ -116,29 +115,21 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 		}
 		holdsKey, hold = key+holdsSuffix, id
 	}
-	var queueKey, placesKey, place any
+	l := baseLease(ctx, token, ttl, lc)
+	l.c, l.name, l.key, l.keyArg, l.fenceKeyArg = c, name, key, key, fenceKey
+	l.holdsKeyArg, l.holdArg, l.place = holdsKey, hold, lc.place
 	if lc.fair {
-		queueKey, placesKey, place = key+queueSuffix, key+placesSuffix, lc.place.Milliseconds()
+		l.queueKeyArg, l.placesKeyArg, l.placeArg = key+queueSuffix, key+placesSuffix, lc.place.Milliseconds()
 	}
-	return &Lease{
-		holdsKeyArg:  holdsKey,
-		holdArg:      hold,
-		queueKeyArg:  queueKey,
-		placesKeyArg: placesKey,
-		placeArg:     place,
-		place:        lc.place,
-		c:            c,
-		name:         name,
-		key:          key,
-		keyArg:       key,
-		fenceKeyArg:  fenceKey,
-		token:        token,
-		tokenArg:     token,
-		ttl:          ttl,
-		ttlArg:       ttl.Milliseconds(),
-		renew:        lc.renew,
-		parent:       ctx,
-	}, nil
+	return l, nil
+}
+
+// baseLease returns a Lease with what every kind of lease shares: the
+// owner token and the lease time (each also boxed once for the scripts),
+// renewal, and the context that gives Context its values.
+func baseLease(ctx context.Context, token string, ttl time.Duration, lc lockConfig) *Lease {
+	ttl = ttl.Truncate(time.Millisecond)
+	return &Lease{token: token, tokenArg: token, ttl: ttl, ttlArg: ttl.Milliseconds(), renew: lc.renew, parent: ctx}
 }
 
 // leaseConfig checks what every acquisition checks (the TTL, a context

@@ -111,21 +111,10 @@ func (r *Redlock) newLease(ctx context.Context, name string, ttl time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	ttl = ttl.Truncate(time.Millisecond)
 	key := hashtag.Key(r.prefix, name, "")
-	return &Lease{
-		red:      r,
-		name:     name,
-		key:      key,
-		keyArg:   key,
-		token:    token,
-		tokenArg: token,
-		ttl:      ttl,
-		ttlArg:   ttl.Milliseconds(),
-		drift:    drift(ttl),
-		renew:    lc.renew,
-		parent:   ctx,
-	}, nil
+	l := baseLease(ctx, token, ttl, lc)
+	l.red, l.name, l.key, l.keyArg, l.drift = r, name, key, key, drift(l.ttl)
+	return l, nil
 }
 
 // each runs call on every node at once and returns how many returned

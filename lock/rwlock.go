@@ -104,26 +104,14 @@ func (rw *RWLock) newLease(ctx context.Context, ttl time.Duration, opts []LockOp
 	if err != nil {
 		return nil, err
 	}
-	ttl = ttl.Truncate(time.Millisecond)
-	keyArg := rw.keyArg
+	l := baseLease(ctx, token, ttl, lc)
+	l.c, l.rw, l.reader, l.name = rw.c, rw, reader, rw.name
+	l.key = rw.key // waiters queue, and are woken, on the lock key
+	l.keyArg, l.fenceKeyArg = rw.keyArg, rw.fenceKeyArg
 	if reader {
-		keyArg = rw.readersKeyArg // a share lives in the readers' set
+		l.keyArg = rw.readersKeyArg // a share lives in the readers' set
 	}
-	return &Lease{
-		c:           rw.c,
-		rw:          rw,
-		reader:      reader,
-		name:        rw.name,
-		key:         rw.key, // waiters queue, and are woken, on the lock key
-		keyArg:      keyArg,
-		fenceKeyArg: rw.fenceKeyArg,
-		token:       token,
-		tokenArg:    token,
-		ttl:         ttl,
-		ttlArg:      ttl.Milliseconds(),
-		renew:       lc.renew,
-		parent:      ctx,
-	}, nil
+	return l, nil
 }
 
 // acquire runs the read or write script once for l: like acquireScript,

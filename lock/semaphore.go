@@ -109,20 +109,9 @@ func (s *Semaphore) newPermit(ctx context.Context, ttl time.Duration, opts []Loc
 	if err != nil {
 		return nil, err
 	}
-	ttl = ttl.Truncate(time.Millisecond)
-	return &Lease{
-		c:        s.c,
-		sem:      s,
-		name:     s.name,
-		key:      s.keyArg.(string),
-		keyArg:   s.keyArg,
-		token:    token,
-		tokenArg: token,
-		ttl:      ttl,
-		ttlArg:   ttl.Milliseconds(),
-		renew:    lc.renew,
-		parent:   ctx,
-	}, nil
+	l := baseLease(ctx, token, ttl, lc)
+	l.c, l.sem, l.name, l.key, l.keyArg = s.c, s, s.name, s.keyArg.(string), s.keyArg
+	return l, nil
 }
 
 // acquirePermit runs the acquire script of l's semaphore once: like
