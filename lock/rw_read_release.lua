@@ -8,12 +8,7 @@
 -- Reply: 0 not held (the share expired); 1 released; 2 released, the
 -- last share, and the waiting writer was told.
 
-local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
-if not expiry then
-  return 0
-end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if expiry <= now_ms() then
+if not give_back(KEYS[1], ARGV[1]) then
   return 0
 end
 if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 1 then

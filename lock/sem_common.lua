@@ -17,3 +17,15 @@ local function expire_at_last(key)
     redis.call('PEXPIREAT', key, last[2])
   end
 end
+
+-- give_back removes token's lease from the sorted set key and reports
+-- whether it was still live (false: not there, or expired, and so already
+-- given back).
+local function give_back(key, token)
+  local expiry = tonumber(redis.call('ZSCORE', key, token))
+  if not expiry then
+    return false
+  end
+  redis.call('ZREM', key, token)
+  return expiry > now_ms()
+end

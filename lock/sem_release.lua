@@ -9,12 +9,7 @@
 -- The message goes out only while a waiter asked for it, so an
 -- uncontended release costs no PUBLISH (which a cluster broadcasts).
 
-local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
-if not expiry then
-  return 0
-end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if expiry <= now_ms() then
+if not give_back(KEYS[1], ARGV[1]) then
   return 0
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
