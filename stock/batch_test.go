@@ -20,30 +20,46 @@ func waiting(c *Counter, item string) int {
 	return v.(*batcher).Queued()
 }
 
-// fillFlight starts maxInFlight Reserve calls and pauses their script
-// calls at the client, so that the calls after them queue. It returns the
-// pausing rule and a channel that reports each paused call's error.
-func fillFlight(t *testing.T, f *redistest.Faults, c *Counter, item string) (*redistest.Rule, <-chan error) {
-	t.Helper()
-	rule := f.On(redistest.Script(reserveScript.Hash())).Hold().Times(maxInFlight)
-	t.Cleanup(rule.Release)
-	done := make(chan error, maxInFlight)
-	for i := range maxInFlight {
-		go func() {
-			_, err := c.Reserve(context.Background(), item, order(fmt.Sprint("first", i), fmt.Sprint("ann", i)))
-			done <- err
-		}()
-	}
-	redistest.WaitFor(t, 10*time.Second, "the first reserves to be in flight", func() bool { return rule.Hits() == maxInFlight })
-	return rule, done
+// flight is maxInFlight Reserve calls whose script calls fillFlight
+// paused at the client.
+type flight struct {
+	calls *redistest.Rule   // counts every reserve script call from the start
+	held  []*redistest.Rule // one per paused call
+	done  chan error        // each paused call's error
 }
 
-// land releases the calls fillFlight paused and waits for them.
-func land(t *testing.T, rule *redistest.Rule, done <-chan error) {
+// fillFlight starts maxInFlight Reserve calls and pauses their script
+// calls at the client, so that the calls after them queue.
+func fillFlight(t *testing.T, f *redistest.Faults, c *Counter, item string) *flight {
 	t.Helper()
-	rule.Release()
+	fl := &flight{calls: f.On(redistest.Script(reserveScript.Hash())), done: make(chan error, maxInFlight)}
+	// Every rule that matches a call spends one of its Times, so each
+	// pausing rule is added only once the call before it is paused.
+	for i := range maxInFlight {
+		h := f.On(redistest.Script(reserveScript.Hash())).Hold().Times(1)
+		t.Cleanup(h.Release)
+		fl.held = append(fl.held, h)
+		go func() {
+			_, err := c.Reserve(context.Background(), item, order(fmt.Sprint("first", i), fmt.Sprint("ann", i)))
+			fl.done <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "a first reserve to be in flight", func() bool { return h.Hits() == 1 })
+	}
+	return fl
+}
+
+// land lets the paused calls go one at a time, and waits for them. Before
+// the next goes, the calls queued behind have left the queue in one batch:
+// two landing together would each hand the queue a sender, and the queue
+// could split between them.
+func land(t *testing.T, c *Counter, item string, fl *flight) {
+	t.Helper()
+	for _, h := range fl.held {
+		h.Release()
+		redistest.WaitFor(t, 10*time.Second, "the queued calls to be sent", func() bool { return waiting(c, item) == 0 })
+	}
 	for range maxInFlight {
-		if err := <-done; err != nil {
+		if err := <-fl.done; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,7 +84,7 @@ func TestCallsThatArriveWhileTheFlightIsFullGoTogetherInTheNext(t *testing.T) {
 		c := newCounter(t, b.Client(t, f))
 		item := newItem(t, c, Item{Total: 100, PerBuyer: 1})
 		warm(t, c, item)
-		first, firstDone := fillFlight(t, f, c, item)
+		fl := fillFlight(t, f, c, item)
 
 		// Ten calls queue behind it: two of one buyer, and one order sent
 		// twice. Decided one after the other in one script call, exactly
@@ -85,7 +101,7 @@ func TestCallsThatArriveWhileTheFlightIsFullGoTogetherInTheNext(t *testing.T) {
 			}()
 			redistest.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return waiting(c, item) == i+1 })
 		}
-		land(t, first, firstDone)
+		land(t, c, item, fl)
 		var reserved, replayed, overLimit int
 		for range orders {
 			o := <-results
@@ -103,7 +119,7 @@ func TestCallsThatArriveWhileTheFlightIsFullGoTogetherInTheNext(t *testing.T) {
 		if reserved != 8 || replayed != 1 || overLimit != 1 {
 			t.Fatalf("reserved %d, replayed %d, over the limit %d; want 8, 1, 1", reserved, replayed, overLimit)
 		}
-		if calls := first.Hits(); calls != maxInFlight+1 {
+		if calls := fl.calls.Hits(); calls != maxInFlight+1 {
 			t.Fatalf("%d reserve script calls for the %d held and the ten behind them, want %d", calls, maxInFlight, maxInFlight+1)
 		}
 		held := int64(1 + maxInFlight + 8)
@@ -117,7 +133,7 @@ func TestACallThatGivesUpInTheQueueLeavesNoTrace(t *testing.T) {
 		c := newCounter(t, b.Client(t, f))
 		item := newItem(t, c, Item{Total: 10, PerBuyer: 1})
 		warm(t, c, item)
-		first, firstDone := fillFlight(t, f, c, item)
+		fl := fillFlight(t, f, c, item)
 
 		ctx, cancel := context.WithCancel(context.Background())
 		gaveUp := make(chan error, 1)
@@ -133,7 +149,7 @@ func TestACallThatGivesUpInTheQueueLeavesNoTrace(t *testing.T) {
 		if n := waiting(c, item); n != 0 {
 			t.Fatalf("%d calls still queued", n)
 		}
-		land(t, first, firstDone)
+		land(t, c, item, fl)
 		// The order never reached Redis: reserving it now is its first time.
 		r, err := c.Reserve(context.Background(), item, order("quitter", "bob"))
 		if err != nil || r.Replayed {
@@ -150,7 +166,7 @@ func TestABatchWhoseSenderGivesUpIsSentAgainByTheOthers(t *testing.T) {
 		c := newCounter(t, b.Client(t, f))
 		item := newItem(t, c, Item{Total: 10, PerBuyer: 1})
 		warm(t, c, item)
-		first, firstDone := fillFlight(t, f, c, item)
+		fl := fillFlight(t, f, c, item)
 		second := f.On(redistest.Script(reserveScript.Hash())).Hold().Times(1)
 		t.Cleanup(second.Release)
 
@@ -171,7 +187,7 @@ func TestABatchWhoseSenderGivesUpIsSentAgainByTheOthers(t *testing.T) {
 			}()
 			redistest.WaitFor(t, 10*time.Second, "the riders to queue", func() bool { return waiting(c, item) == 2+i })
 		}
-		land(t, first, firstDone)
+		land(t, c, item, fl)
 		redistest.WaitFor(t, 10*time.Second, "the second batch to be in flight", func() bool { return second.Hits() == 1 })
 		cancel()
 		if err := <-senderDone; !errors.Is(err, context.Canceled) {
