@@ -376,7 +376,7 @@ type workerJob struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	state atomic.Int32  // jobRunning, then jobFinishing or jobTaken
+	state atomic.Int32  // jobQueued, jobRunning, then jobFinishing or jobTaken
 	lost  []atomic.Bool // renewal found the delivery's lease gone
 
 	// Renewal runs on a timer's goroutine, only when the timer fires: a
@@ -389,10 +389,25 @@ type workerJob struct {
 }
 
 const (
-	jobRunning   = iota
-	jobFinishing // the handler returned: its goroutine acks or nacks
-	jobTaken     // shutdown nacks it, whatever the handler does later
+	jobQueued    = iota // claimed, waiting for a handler goroutine
+	jobRunning          // its handler was called
+	jobFinishing        // the handler returned: its goroutine acks or nacks
+	jobTaken            // shutdown releases it, whatever the handler does later
 )
+
+// take marks a job that is queued or running as taken by shutdown, and
+// reports whether it was.
+func (j *workerJob) take() bool {
+	for {
+		s := j.state.Load()
+		if s != jobQueued && s != jobRunning {
+			return false
+		}
+		if j.state.CompareAndSwap(s, jobTaken) {
+			return true
+		}
+	}
+}
 
 // endRenewal stops the job's lease renewal and waits for a renewal under
 // way. Cancel the job's context first, so that it does not wait long.
@@ -580,6 +595,14 @@ func (r *workerRun) handlers() {
 
 // work runs the handler and finishes the delivery by its outcome.
 func (r *workerRun) work(j *workerJob) {
+	if !j.state.CompareAndSwap(jobQueued, jobRunning) {
+		// Shutdown took the job while it waited for this goroutine (busy
+		// nacking its last job after freeing the slot) and released it:
+		// another consumer may hold it now, so its handler must not run.
+		j.cancel(context.Canceled)
+		r.done <- j
+		return
+	}
 	err, returned := errGoexit, false
 	defer func() {
 		if !returned {
@@ -833,7 +856,7 @@ grace:
 	}
 	var nacks sync.WaitGroup
 	for j := range r.active {
-		if !j.state.CompareAndSwap(jobRunning, jobTaken) {
+		if !j.take() {
 			continue // returned meanwhile: its goroutine finishes it
 		}
 		nacks.Add(1)

@@ -566,6 +566,57 @@ func TestWorkerShutsDownGracefully(t *testing.T) {
 	})
 }
 
+// A handler goroutine frees its slot before it nacks a failed job, so the
+// next job can be claimed and wait for it. If shutdown releases that job
+// meanwhile, its handler must not run: another consumer may hold it.
+func TestShutdownReleasesAWaitingJobWithoutRunningIt(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		nack := f.On(redistest.Script(nackScript.Hash())).Hold().Times(1)
+		t.Cleanup(nack.Release)
+		q := wkQueue(t, b.Client(t, f), redistest.Key(t))
+		other := wkQueue(t, b.Client(t), q.Name())
+		wkEnqueue(t, q, "", WithID("fails"))
+		wkEnqueue(t, q, "", WithID("waits"), After(50*time.Millisecond))
+		ran := make(chan string, 2)
+		h := func(ctx context.Context, d *Delivery) error {
+			ran <- d.ID
+			if d.ID == "fails" {
+				return errors.New("fail")
+			}
+			return nil
+		}
+		w := wkNewWorker(t, q, h, Concurrency(1), ShutdownTimeout(0), PollInterval(10*time.Millisecond), Lease(time.Minute))
+		r := wkStart(w)
+		redistest.WaitFor(t, 10*time.Second, "the failed job's nack to be held and the next job claimed", func() bool {
+			return nack.Hits() == 1 && wkStats(t, q).InFlight == 2
+		})
+		r.cancel()
+		var got *Delivery
+		redistest.WaitFor(t, 10*time.Second, "the waiting job to be released and claimed by another consumer", func() bool {
+			ds, _, err := other.Claim(context.Background(), 1, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ds) == 1 {
+				got = ds[0]
+			}
+			return got != nil
+		})
+		if got.ID != "waits" {
+			t.Fatalf("the other consumer claimed %q, want the waiting job", got.ID)
+		}
+		nack.Release()
+		r.stop(t, 10*time.Second)
+		close(ran)
+		for id := range ran {
+			if id == "waits" {
+				t.Fatal("the worker ran the handler of a job shutdown had released, which another consumer held")
+			}
+		}
+	})
+}
+
 func TestWorkerWakesOnTimeWithoutPolling(t *testing.T) {
 	redistest.RunReal(t, func(t *testing.T, b *redistest.Backend) {
 		wkNoLeaks(t)
