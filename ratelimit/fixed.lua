@@ -8,6 +8,10 @@
 -- fixed_undo), which spares a read; a key without a TTL, new or one that
 -- lost it to someone else's INCR, gets one here, so no key can block
 -- forever. Returns, last, the count before this request.
+--
+-- Times are PTTL + 1 ms: Redis drops a key only once its expiry is past,
+-- so at PTTL 0 the window is still there, and a client that waited
+-- exactly PTTL would be refused again.
 local function fixed(key, rate, period, cost)
   local window = idiv(period + 999, 1000)
   local count, pttl
@@ -31,10 +35,10 @@ local function fixed(key, rate, period, cost)
   local after = count + cost
   local retry = 0
   if after > rate then
-    retry = pttl * 1000
+    retry = (pttl + 1) * 1000
   end
   return after <= rate, max(0, rate - count), max(0, rate - after),
-    count > 0 and pttl * 1000 or 0, pttl * 1000, retry, count
+    count > 0 and (pttl + 1) * 1000 or 0, (pttl + 1) * 1000, retry, count
 end
 
 -- fixed_undo takes back the increment of a request that was refused.

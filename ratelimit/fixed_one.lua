@@ -8,7 +8,8 @@
 -- Consuming takes two commands for an admitted request: INCRBY counts it
 -- first (sparing a read), PTTL reads the window's end, and a key without a
 -- TTL (new, or one that lost it) gets the whole window, so no key can
--- block forever. A refused request is taken back at once.
+-- block forever. A refused request is taken back at once. Times are
+-- PTTL + 1 ms, as fixed.lua explains.
 local key = KEYS[1]
 local rate, cost = tonumber(ARGV[5]), tonumber(ARGV[8])
 -- The window in milliseconds, rounded up; exact for periods below 2^52 µs.
@@ -22,7 +23,7 @@ if ARGV[2] == '1' then
     pttl = window
   end
   if count <= rate then
-    return {1, rate - count, 0, pttl * 1000}
+    return {1, rate - count, 0, (pttl + 1) * 1000}
   end
   local before = count - cost
   if before == 0 then
@@ -30,7 +31,7 @@ if ARGV[2] == '1' then
   else
     redis.call('DECRBY', key, cost)
   end
-  return {0, math.max(0, rate - before), pttl * 1000, before > 0 and pttl * 1000 or 0}
+  return {0, math.max(0, rate - before), (pttl + 1) * 1000, before > 0 and (pttl + 1) * 1000 or 0}
 end
 
 -- A peek: what consuming would answer, changing nothing but a lost TTL.
@@ -44,6 +45,6 @@ if pttl < 0 then
 end
 local retry = 0
 if count + cost > rate then
-  retry = pttl * 1000
+  retry = (pttl + 1) * 1000
 end
-return {count + cost <= rate and 1 or 0, math.max(0, rate - count), retry, count > 0 and pttl * 1000 or 0}
+return {count + cost <= rate and 1 or 0, math.max(0, rate - count), retry, count > 0 and (pttl + 1) * 1000 or 0}
