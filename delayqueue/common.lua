@@ -33,7 +33,9 @@ local function wake(channel, id, due)
 end
 
 -- bury moves job id (waiting or in flight) to the dead letters, with its
--- payload, and drops the oldest dead letters beyond cap.
+-- payload, and drops the oldest dead letters beyond cap, never id itself:
+-- letters buried in one millisecond tie, and a sorted set orders ties by
+-- member, so id could rank as the oldest.
 local function bury(id, reason, now, cap)
   local f = redis.call('HMGET', KEYS[3], 'p:' .. id, 'a:' .. id)
   redis.call('HDEL', KEYS[3], 'p:' .. id, 'a:' .. id, 't:' .. id)
@@ -43,10 +45,12 @@ local function bury(id, reason, now, cap)
   redis.call('ZADD', KEYS[4], now, id)
   local over = redis.call('ZCARD', KEYS[4]) - cap
   if over > 0 then
-    local old = redis.call('ZRANGE', KEYS[4], 0, over - 1)
-    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1)
-    for _, o in ipairs(old) do
-      redis.call('HDEL', KEYS[5], 'p:' .. o, 'a:' .. o, 'e:' .. o)
+    for _, o in ipairs(redis.call('ZRANGE', KEYS[4], 0, over)) do
+      if over > 0 and o ~= id then
+        redis.call('ZREM', KEYS[4], o)
+        redis.call('HDEL', KEYS[5], 'p:' .. o, 'a:' .. o, 'e:' .. o)
+        over = over - 1
+      end
     end
   end
 end

@@ -235,7 +235,8 @@ const MaxClaim = 1024
 // under a lease: until the lease ends, no other claim gets the job; then
 // the next claim requeues it (a consumer that died mid-job does not lose
 // it). The same call first requeues a bounded batch of jobs whose leases
-// ran out, and buries those that had their last attempt.
+// ran out, and buries those that had their last attempt. Redis keeps the
+// lease in whole milliseconds; a fraction of one is dropped.
 //
 // next is when a claim may next find work: the due time of the first job
 // still waiting or the end of the first lease (its holder may die),
@@ -249,6 +250,9 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) (deliveri
 		return nil, time.Time{}, fmt.Errorf("%w: lease %v must be at least 1ms", ErrInvalid, lease)
 	}
 	n = min(n, MaxClaim)
+	// Redis keeps the lease in whole milliseconds: what it enforces is what
+	// LeaseUntil must say, never later.
+	lease = lease.Truncate(time.Millisecond)
 	token := randomID()
 	args := append(q.args(claimScript, 6), n, lease.Milliseconds(), token, q.cfg.maxAttempts, max(n, 100), q.cfg.deadLetters)
 	res, err := claimScript.Values(ctx, q.rdb, args)

@@ -146,6 +146,22 @@ func TestAnExpiredLeaseIsRequeuedAndItsHolderCanNoLongerFinish(t *testing.T) {
 	})
 }
 
+// A lease of 10.9 ms is 10 ms in Redis: LeaseUntil must not promise the
+// other 0.9, in which another consumer can already claim the job.
+func TestLeaseUntilIsTheLeaseRedisKeeps(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		q := newQueue(t, b.Client(t))
+		enqueue(t, q, "job")
+		ds, _ := claim(t, q, 1, 10*time.Millisecond+900*time.Microsecond)
+		if len(ds) != 1 {
+			t.Fatalf("claim: %d deliveries, want 1", len(ds))
+		}
+		if got := ds[0].LeaseUntil.Sub(ds[0].Claimed); got != 10*time.Millisecond {
+			t.Fatalf("LeaseUntil is %v after the claim, want the 10ms Redis keeps", got)
+		}
+	})
+}
+
 func TestNackRetriesWithBackoffThenBuriesWithThePayload(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		q := newQueue(t, b.Client(t), WithMaxAttempts(3), WithBackoff(time.Millisecond, 4*time.Millisecond))
@@ -217,6 +233,36 @@ func TestDeadLettersAreCapped(t *testing.T) {
 		}
 		if err := q.Revive(ctx, "job0"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Revive of a dropped dead letter: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// Letters buried in one millisecond tie in the dead set, which orders ties
+// by id: at the cap, the letter just buried must still be the one kept.
+func TestTheDeadLetterCapNeverDropsTheLetterJustBuried(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		if m := b.Miniredis(); m != nil {
+			m.SetTime(time.Now()) // a still clock: every burial ties
+		}
+		for try := range 20 {
+			q := newQueue(t, b.Client(t), WithDeadLetters(1))
+			enqueue(t, q, "", WithID("b"))
+			enqueue(t, q, "", WithID("a"))
+			ds, _ := claim(t, q, 2, time.Minute)
+			if len(ds) != 2 {
+				t.Fatalf("claim: %d deliveries, want 2", len(ds))
+			}
+			byID := map[string]*Delivery{ds[0].ID: ds[0], ds[1].ID: ds[1]}
+			for _, id := range []string{"b", "a"} {
+				if err := byID[id].Bury(ctx, errors.New("bad")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dead, err := q.Dead(ctx, 10)
+			if err != nil || len(dead) != 1 || dead[0].ID != "a" {
+				t.Fatalf("try %d: dead letters %v (%v), want only a, buried last", try, dead, err)
+			}
 		}
 	})
 }

@@ -169,13 +169,14 @@ func Concurrency(n int) WorkerOption {
 // Lease sets the lease of each delivery: the worker renews it every d/3
 // while the handler runs, so d bounds how long a job stays stuck when its
 // consumer dies, not how long a handler may take. At least MinLease;
-// Redis counts it in whole milliseconds. Default: DefaultLease, 30 s.
+// Redis counts it in whole milliseconds, so a fraction of one is dropped.
+// Default: DefaultLease, 30 s.
 func Lease(d time.Duration) WorkerOption {
 	return func(c *workerConfig) error {
 		if d < MinLease {
 			return fmt.Errorf("%w: lease %v must be at least %v", ErrInvalid, d, MinLease)
 		}
-		c.lease = d
+		c.lease = d.Truncate(time.Millisecond) // as Redis keeps it
 		return nil
 	}
 }
