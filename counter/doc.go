@@ -12,7 +12,8 @@
 // attackers time their bursts to the expiry. A DDOS counter created with
 // INCR and then EXPIRE was re-created by a late INCR without a TTL and
 // blocked a user forever. Every state change here is one Lua script, and
-// every key is born with its expiry in the script that creates it.
+// every capped count is born with its expiry in the script that creates
+// it.
 //
 // # Capped counts and windows
 //
@@ -84,8 +85,11 @@
 //   - A count never passes its cap, under any concurrency: the check and
 //     the increment are one script.
 //   - A refused Take changes nothing.
-//   - Every key is written with an expiry in the script that creates it,
-//     and a windowed key's expiry is restored on its next count.
+//   - Every capped count's key is written with an expiry in the script
+//     that creates it, and a windowed key's expiry is restored on its next
+//     count. Keys in a window (unique counts, calendars) expire after their
+//     period too. Only what the caller asks to keep has none: a unique
+//     count with the zero Window, a versioned value set with ttl 0.
 //   - A period's count lasts the whole period, whatever the expiries.
 //
 // Not promised: counts survive the loss of a Redis primary that had not

@@ -170,6 +170,14 @@ func (w Window) period(t time.Time) period {
 				label: "m" + time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).Format("2006-01"),
 			}
 		}
+		if t.Before(p.start) {
+			// The clocks went back over midnight by more than the time
+			// since it (Antarctica/Casey, 2010-03-05 02:00 became 23:00):
+			// the date began twice and its day starts at the second
+			// midnight, so the first pass counts in the day before.
+			y, m, d = p.start.Add(-time.Nanosecond).In(w.loc).Date()
+			continue
+		}
 		if t.Before(p.end) {
 			return p
 		}
@@ -182,7 +190,8 @@ func (w Window) period(t time.Time) period {
 // startOfDay returns the first instant whose date in loc is y-m-d or
 // later. It is local midnight unless the clocks change around midnight:
 // time.Date may then answer either side of the change, and the day really
-// starts at the change (or at the first of two midnights).
+// starts at the change (or at one of two midnights: period puts what
+// comes before it in the day before).
 func startOfDay(y int, m time.Month, d int, loc *time.Location) time.Time {
 	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
 	want := time.Date(y, m, d, 0, 0, 0, 0, time.UTC) // normalised y-m-d

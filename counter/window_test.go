@@ -79,6 +79,24 @@ func TestASkippedDayBelongsToNoPeriod(t *testing.T) {
 	}
 }
 
+func TestADayThatBeganTwiceLeavesNoInstantOutside(t *testing.T) {
+	// On 2010-03-05 at 02:00 Antarctica/Casey went back to 23:00 of the
+	// 4th: local midnight of the 5th came twice, three hours apart.
+	casey := mustZone(t, "Antarctica/Casey")
+	change := time.Date(2010, 3, 4, 15, 0, 0, 0, time.UTC)
+	for _, w := range []Window{Daily(casey), Weekly(casey), Monthly(casey)} {
+		for at := change.Add(-26 * time.Hour); at.Before(change.Add(26 * time.Hour)); at = at.Add(15 * time.Minute) {
+			p := w.period(at)
+			if at.Before(p.start) || !at.Before(p.end) {
+				t.Fatalf("%v: %v is outside its period %s [%v, %v)", w, at, p.label, p.start, p.end)
+			}
+			if next := w.period(p.end); !next.start.Equal(p.end) {
+				t.Fatalf("%v: %s ends at %v, the next period starts at %v", w, p.label, p.end, next.start)
+			}
+		}
+	}
+}
+
 // Every period of a year, in zones with every kind of clock change, must
 // contain the instants it is asked about and meet its neighbours exactly.
 func TestPeriodsTileTimeInEveryZone(t *testing.T) {
