@@ -157,11 +157,13 @@ func TestACrashedReadersShareRunsOut(t *testing.T) {
 		if err := w.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		r, err := crashed.TryRLock(ctx, 150*time.Millisecond, AutoRenew())
+		// Renewed every third of 400 ms: one renewal may be late by up to
+		// 260 ms (a loaded CI machine) before the share runs out.
+		r, err := crashed.TryRLock(ctx, 400*time.Millisecond, AutoRenew())
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(450 * time.Millisecond)
+		deadline := time.Now().Add(1200 * time.Millisecond)
 		redistest.WaitFor(t, 10*time.Second, "three leases to pass", func() bool { return time.Now().After(deadline) })
 		if _, err := writer.TryLock(ctx, time.Minute); !errors.Is(err, ErrNotObtained) {
 			t.Fatalf("a writer while a renewed share is held: %v", err)
