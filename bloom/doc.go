@@ -114,7 +114,10 @@
 //   - Add's "new" is atomic: the test and the set are one script, so of
 //     concurrent Adds of an item not yet present, exactly one reports
 //     true. It is the basis of "first time we see this id" logic, with
-//     the filter's rate as the chance of a wrong false.
+//     the filter's rate as the chance of a wrong false. The true can be
+//     lost with a reply: an Add cancelled in flight may have set the
+//     bits, and so may a batch of Adds whose sender gave up in flight,
+//     which the others then send again and see as present.
 //   - A batch is atomic per shard, not across shards.
 //   - Count estimates the number of distinct items from the bits set,
 //     n ≈ -(m/k)·ln(1 - set/m) per layer (Swamidass and Baldi, 2007).

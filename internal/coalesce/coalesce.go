@@ -97,8 +97,14 @@ func (b *Batcher[Q, R]) Do(ctx context.Context, req Q, send Send[Q, R]) (R, erro
 			b.lead(ctx, c, send)
 		}
 		// c is finished: nothing writes its fields any more.
-		if c.retry && ctx.Err() == nil {
-			continue
+		if c.retry {
+			if ctx.Err() == nil {
+				continue
+			}
+			// Its own context ended too: the batch was sent, and may
+			// have run.
+			var zero R
+			return zero, errors.Join(ctx.Err(), ErrOutcomeUnknown)
 		}
 		return c.res, c.err
 	}
@@ -180,6 +186,10 @@ func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q,
 		if err != nil {
 			c.err = err
 			c.retry = c != lead && ctx.Err() != nil
+			if c == lead && ctx.Err() != nil {
+				// The leader gave up with its batch in flight.
+				c.err = errors.Join(err, ErrOutcomeUnknown)
+			}
 		} else {
 			c.res = res[i]
 		}

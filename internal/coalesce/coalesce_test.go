@@ -145,12 +145,48 @@ func TestACallThatGivesUpInFlightLearnsTheOutcomeIsUnknown(t *testing.T) {
 	waitQueued(t, b, 1)
 	cancel()
 	r := <-out
-	if r.req != 1 || !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("the cancelled leader: %+v", r)
+	if r.req != 1 || !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, ErrOutcomeUnknown) {
+		t.Fatalf("the cancelled leader: %+v, want its context's error and ErrOutcomeUnknown", r)
 	}
 	g.release <- struct{}{}
 	if r := <-out; r.req != 2 || r.err != nil || r.res != "r2" {
 		t.Fatalf("the call behind it: %+v", r)
+	}
+}
+
+func TestALoneCallThatGivesUpInFlightLearnsTheOutcomeIsUnknown(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	g := newGate()
+	out := make(chan result, 1)
+	quit, cancel := context.WithCancel(context.Background())
+	start(b, g, quit, 1, out)
+	<-g.entered // a lone call leads its own batch
+	cancel()
+	if r := <-out; !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, ErrOutcomeUnknown) {
+		t.Fatalf("%+v, want its context's error and ErrOutcomeUnknown", r)
+	}
+}
+
+// A follower whose own context ended with its leader's is not sent again;
+// its request was in flight.
+func TestAFollowerThatGaveUpWithItsLeaderLearnsTheOutcomeIsUnknown(t *testing.T) {
+	b, g, out := heldFirst(8)
+	quit, cancel := context.WithCancel(context.Background())
+	start(b, g, quit, 1, out) // will lead [1 2]
+	waitQueued(t, b, 1)
+	start(b, g, quit, 2, out)
+	waitQueued(t, b, 2)
+	g.release <- struct{}{}
+	<-out       // 0
+	<-g.entered // [1 2] in flight
+	cancel()
+	for range 2 {
+		if r := <-out; !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, ErrOutcomeUnknown) {
+			t.Fatalf("call %d: %+v, want its context's error and ErrOutcomeUnknown", r.req, r)
+		}
+	}
+	if n := len(g.batches); n != 2 {
+		t.Fatalf("%d batches, want 2: a call whose context ended was sent again", n)
 	}
 }
 
@@ -168,8 +204,8 @@ func TestFollowersOfALeaderThatGaveUpAreSentAgain(t *testing.T) {
 	<-g.entered // [1 2 3] in flight under 1's context
 	cancel()    // the batch fails with 1's context
 	r := <-out
-	if r.req != 1 || !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("leader: %+v", r)
+	if r.req != 1 || !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, ErrOutcomeUnknown) {
+		t.Fatalf("leader: %+v, want its context's error and ErrOutcomeUnknown", r)
 	}
 	// 2 and 3 are sent again, under their own contexts.
 	got := map[int]string{}
