@@ -183,8 +183,8 @@ func Lease(d time.Duration) WorkerOption {
 
 // ShutdownTimeout sets how long Run waits, once its context ends, for the
 // handlers still running to return before it cancels their contexts and
-// nacks their jobs. Zero cancels them at once. Default:
-// DefaultShutdownTimeout, 10 s.
+// releases their jobs (due at once, the attempt not counted). Zero cancels
+// them at once. Default: DefaultShutdownTimeout, 10 s.
 func ShutdownTimeout(d time.Duration) WorkerOption {
 	return func(c *workerConfig) error {
 		if d < 0 {
@@ -277,9 +277,9 @@ const maxBatch = MaxClaim
 // Run claims and handles jobs until ctx ends, then shuts down gracefully:
 // it stops claiming at once, waits up to the ShutdownTimeout for the
 // handlers still running, then cancels their contexts (cause ErrShutdown),
-// nacks their jobs so that other consumers can have them, and returns once
-// every handler has returned. A handler that ignores its context holds up
-// Run until it returns.
+// releases their jobs (due at once, the attempt not counted) so that other
+// consumers can have them, and returns once every handler has returned. A
+// handler that ignores its context holds up Run until it returns.
 //
 // Run returns nil after a shutdown, or an error if it could not start (the
 // subscription to the queue's channel failed). Errors while running go to
@@ -844,7 +844,8 @@ func (r *workerRun) watchShutdown(ctx context.Context) {
 }
 
 // shutdown waits for the running handlers until the shutdown timeout, then
-// nacks the jobs of those still running and waits for them to return.
+// releases the jobs of those still running (and of those claimed but not
+// started) and waits for the handlers to return.
 func (r *workerRun) shutdown() {
 grace:
 	for len(r.active) > 0 {
@@ -855,19 +856,19 @@ grace:
 			break grace
 		}
 	}
-	var nacks sync.WaitGroup
+	var releases sync.WaitGroup
 	for j := range r.active {
 		if !j.take() {
 			continue // returned meanwhile: its goroutine finishes it
 		}
-		nacks.Add(1)
+		releases.Add(1)
 		go func() {
-			defer nacks.Done()
+			defer releases.Done()
 			j.endRenewal() // its context ended with the shutdown timeout
 			r.finishAll(j, ErrShutdown)
 		}()
 	}
-	nacks.Wait()
+	releases.Wait()
 	for len(r.active) > 0 {
 		delete(r.active, <-r.done)
 	}

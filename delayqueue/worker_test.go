@@ -1019,10 +1019,11 @@ func TestWorkerLateness(t *testing.T) {
 		p50, p99, worst := lateness[n/2], lateness[n*99/100], lateness[n-1]
 		t.Logf("lateness of %d jobs due within 1s, Concurrency(16): p50 %v, p99 %v, max %v (%d claims, %d ack calls)", n, p50, p99, worst, claims.Hits(), acks.Hits())
 		// The benchmark measures the real figure (a few ms at p99); here
-		// the bound only catches a worker that falls behind. Under the
-		// race detector, with CI running every package at once on two
-		// cores, handling alone has taken over a second.
-		limit := time.Second
+		// the bound only catches a worker that falls behind. With every
+		// package's tests at once on two cores, p99 has reached 1.16 s
+		// without the race detector, and handling alone has taken over a
+		// second under it.
+		limit := 2 * time.Second
 		if raceDetector {
 			limit = 3 * time.Second
 		}
