@@ -65,8 +65,9 @@ type marks uint8
 
 // MonthView is a user's calendar for one month.
 type MonthView struct {
-	// Year and Month name the month shown.
-	Year  int
+	// Year is the month's year.
+	Year int
+	// Month is the month shown.
 	Month time.Month
 	// Days holds each day's mark: Days[0] is the 1st, and there are as
 	// many as the month has days.

@@ -79,15 +79,15 @@ func TestAStreamOfReadersDoesNotStarveAWriter(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		name := redistest.Key(t)
-		// Eight readers in four processes, each taking a share again as
-		// soon as it gave one back: there is never a moment without one.
+		// Eight readers, each with a Client of its own as a process would
+		// have, taking a share again as soon as it gave one back: there
+		// is never a moment without one.
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var reads atomic.Int64
 		errs := make(chan error, 8)
-		for i := range 8 {
+		for range 8 {
 			rw := newRWLock(t, newClient(t, b.Client(t)), name)
-			_ = i
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -119,9 +119,11 @@ func TestAStreamOfReadersDoesNotStarveAWriter(t *testing.T) {
 			t.Fatalf("the writer: %v", err)
 		}
 		waited := time.Since(start)
-		// Readers hold 5 ms: a writer that is let in waits a few of those,
-		// not for the stream to dry up (it never does here).
-		if waited > 5*time.Second {
+		// Readers hold 5 ms: a writer that is let in waits a few of those
+		// (7-16 ms measured), not for the stream to dry up (it never does
+		// here). The bound leaves room for a loaded CI machine.
+		t.Logf("the writer waited %v", waited)
+		if waited > time.Second {
 			t.Fatalf("the writer waited %v behind the readers", waited)
 		}
 		before := reads.Load()

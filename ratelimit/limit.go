@@ -51,12 +51,16 @@ func (a Algorithm) code() string {
 
 // Limit is a rate: Rate requests per Period, counted by Algorithm.
 type Limit struct {
-	Rate   int64
+	// Rate is how many requests Period admits (at least 1).
+	Rate int64
+	// Period is the span Rate is counted over: at least 1 ms, in whole
+	// microseconds.
 	Period time.Duration
 	// Burst is how many requests GCRA admits at once after a quiet spell;
 	// zero means Rate. The other algorithms ignore it (their burst is
 	// Rate).
-	Burst     int64
+	Burst int64
+	// Algorithm is how requests are counted; the zero value is GCRA.
 	Algorithm Algorithm
 }
 

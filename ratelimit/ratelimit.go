@@ -78,7 +78,10 @@ type Result struct {
 // Check is one limit of an AllowAll call: Limit applied to the requests
 // counted under Key.
 type Check struct {
-	Key   string
+	// Key names who or what is limited (a user, an IP, an endpoint);
+	// the Limiter adds its prefix, the limit and a hash tag.
+	Key string
+	// Limit is the rate applied to Key.
 	Limit Limit
 }
 
