@@ -122,7 +122,6 @@ func TestAStreamOfReadersDoesNotStarveAWriter(t *testing.T) {
 		// Readers hold 5 ms: a writer that is let in waits a few of those
 		// (7-16 ms measured), not for the stream to dry up (it never does
 		// here). The bound leaves room for a loaded CI machine.
-		t.Logf("the writer waited %v", waited)
 		if waited > time.Second {
 			t.Fatalf("the writer waited %v behind the readers", waited)
 		}
