@@ -24,9 +24,10 @@
 //	prefix{queue}:jobs    hash  payload, attempts and lease token per job
 //	prefix{queue}:dead    zset  dead job id -> when it died (ms)
 //	prefix{queue}:morgue  hash  a dead job's payload, attempts and last error
-//	prefix{queue}:periodic hash periodic schedule name -> the latest firing
-//	                      enqueued (ms); expires a week after the firing
-//	                      that follows it, refreshed at each firing
+//	prefix{queue}:periodic hash periodic schedule name -> "<the latest firing
+//	                      enqueued>:<kept until>" (ms): each record is kept
+//	                      until a week after the firing that follows it,
+//	                      and the hash until its last record's time
 //	prefix{queue}:wake    pub/sub channel: a job became the queue's head
 //
 // Due times are integer milliseconds. A delay counts from the Redis clock

@@ -4,8 +4,8 @@
 -- ran and was acked long ago is never enqueued again, whoever offers it.
 --
 -- KEYS[1..5] the queue's keys (common.lua)
--- KEYS[6]    the queue's periodic record, a hash: schedule name -> the
---            latest firing enqueued (ms since the epoch)
+-- KEYS[6]    the queue's periodic record, a hash: schedule name ->
+--            "<latest firing enqueued>:<kept until>" (ms since the epoch)
 -- ARGV[1]  schedule name
 -- ARGV[2]  the firing to enqueue (ms), or -1 to only read the record
 -- ARGV[3]  the firing after it (ms), or -1 if there is none: once that one
@@ -23,15 +23,31 @@
 -- now, -1 if none. now: the Redis clock (ms).
 local now = now_ms()
 local name = ARGV[1]
-local latest = tonumber(redis.call('HGET', KEYS[6], name) or '-1')
+-- Each schedule's record is kept until its own time: the hash's expiry,
+-- pushed on by every schedule of the queue, would keep a record nobody
+-- renews for as long as another schedule runs. A record past its time
+-- counts as none, so the schedule starts afresh. (A record without a time,
+-- from an earlier version, lives as long as the hash.)
+local latest = -1
+local rec = redis.call('HGET', KEYS[6], name)
+if rec then
+  local at, keep = string.match(rec, '^(%d+):(%d+)$')
+  if not at then
+    latest = tonumber(rec) or -1
+  elseif tonumber(keep) > now then
+    latest = tonumber(at)
+  else
+    redis.call('HDEL', KEYS[6], name)
+  end
+end
 local f, after = tonumber(ARGV[2]), tonumber(ARGV[3])
 if f < 0 or f <= latest or (after >= 0 and after <= now) then
   return {0, latest, now}
 end
 
-redis.call('HSET', KEYS[6], name, ARGV[2])
--- One expiry for the whole hash: it only ever moves later, so it covers
--- every schedule's need.
+redis.call('HSET', KEYS[6], name, ARGV[2] .. ':' .. ARGV[6])
+-- The hash's expiry only ever moves later, so it covers every schedule's
+-- need, and takes the record away once every schedule stopped.
 local ttl = math.max(tonumber(ARGV[6]) - now, 1)
 if redis.call('PTTL', KEYS[6]) < ttl then
   redis.call('PEXPIRE', KEYS[6], ttl)

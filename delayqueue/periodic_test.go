@@ -228,8 +228,9 @@ func TestPeriodicRecordHasATTLAndTheQueuesSlot(t *testing.T) {
 		if p.key != key || hashtag.Slot(key) != hashtag.Slot(q.keys[0].(string)) {
 			t.Fatalf("record key %q (slot %d), want %q in the slot of %q", p.key, hashtag.Slot(p.key), key, q.keys[0])
 		}
-		if got, err := rdb.HGet(ctx, key, "a").Int64(); err != nil || got != f {
-			t.Fatalf("recorded firing: got %d, %v; want %d", got, err, f)
+		want := fmt.Sprintf("%d:%d", f, after+periodicRetention.Milliseconds())
+		if got, err := rdb.HGet(ctx, key, "a").Result(); err != nil || got != want {
+			t.Fatalf("record: got %q, %v; want %q (the firing, kept a week past the next)", got, err, want)
 		}
 		ttl, err := rdb.PTTL(ctx, key).Result()
 		if err != nil {
@@ -245,6 +246,41 @@ func TestPeriodicRecordHasATTLAndTheQueuesSlot(t *testing.T) {
 		}
 		if ttl2, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl2 < ttl-time.Second {
 			t.Fatalf("record TTL went from %v to %v (%v)", ttl, ttl2, err)
+		}
+	})
+}
+
+// Every schedule's offer pushes the hash's expiry on; a schedule nobody
+// ran for longer than the retention must still start afresh.
+func TestPeriodicRecordsOutliveTheirRetentionIndividually(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		q := periodicQueue(t, rdb, redistest.Key(t))
+		running := periodicNew(t, q, "running", Every(time.Hour), nil)
+		stopped := periodicNew(t, q, "stopped", Every(time.Hour), nil)
+		r, err := running.offer(ctx, -1, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The stopped schedule's last firing was more than the retention
+		// ago; the running one offers a firing now.
+		old := r.now - periodicRetention.Milliseconds() - time.Hour.Milliseconds()
+		if r, err := stopped.offer(ctx, old, -1); err != nil || r.status != 1 {
+			t.Fatalf("offer of the old firing: %+v, %v", r, err)
+		}
+		next := r.now + 1000
+		if r, err := running.offer(ctx, next, next+3_600_000); err != nil || r.status != 1 {
+			t.Fatalf("offer of the running schedule: %+v, %v", r, err)
+		}
+		if r, err := stopped.offer(ctx, -1, -1); err != nil || r.latest != -1 {
+			t.Fatalf("the stopped schedule's record: %+v, %v; want none (it starts afresh)", r, err)
+		}
+		if n, err := rdb.HLen(ctx, stopped.key).Result(); err != nil || n != 1 {
+			t.Fatalf("%d records left (%v), want only the running schedule's", n, err)
+		}
+		if r, err := running.offer(ctx, -1, -1); err != nil || r.latest != next {
+			t.Fatalf("the running schedule's record: %+v, %v; want its firing %d", r, err, next)
 		}
 	})
 }
