@@ -11,7 +11,16 @@
 --          them for a call that lost the race to settle is not)
 --
 -- Reply: {1} applied; {0} nothing to do (already applied, or not an order
--- of this home held in that bucket); {-6, n} / {-7} as elsewhere.
+-- of this home held in that bucket); {-4} not yet: the order's claim is
+-- still open here, keep the news; {-6, n} / {-7} as elsewhere.
+--
+-- Why {-4}: a bucket can return a hold it took for a claim that was never
+-- settled (the caller died, or is slow, and the deadline passed). The home
+-- cannot tell yet whether the claim will be settled onto that bucket (a
+-- late settle, or a retry resuming it, where clocks differ between nodes),
+-- so the news stays in the outbox until the claim is settled (then it
+-- applies) or ends (then it is moot). Dropping it would leave a claim
+-- settled onto a returned hold counted against its buyer forever.
 local R = records()
 local self, limit, _, err = R.check_bucket(ARGV[3])
 if err then
@@ -19,6 +28,9 @@ if err then
 end
 local order, state = ARGV[1], ARGV[2]
 local r = R.record(order)
+if r and r.home == self and r.st == R.CLAIMED then
+  return {-4}
+end
 if not r or r.home ~= self or r.stock ~= tonumber(ARGV[4]) or r.stock == self or r.st ~= R.HELD then
   return {0}
 end

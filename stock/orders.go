@@ -117,11 +117,17 @@ func outcomeErr(code int64, item, orderID string) error {
 }
 
 // deliver applies in home bucket h the state that bucket k decided for an
-// order, and removes the matching entry from k's outbox.
+// order, and removes the matching entry from k's outbox. While the order's
+// claim is still open in the home, the home cannot apply the news yet and
+// the entry stays for a later sweep (see mirror.lua).
 func (c *Counter) deliver(ctx context.Context, item string, l *layout, k int, orderID string, h int, state string) error {
 	args := append(mirrorScript.Args(3, 7), l.buckets[h].keys[:]...)
-	if _, err := c.call(ctx, item, mirrorScript, append(args, orderID, state, l.n, k)); err != nil {
+	res, err := c.call(ctx, item, mirrorScript, append(args, orderID, state, l.n, k))
+	if err != nil {
 		return err
+	}
+	if res[0] == codePending {
+		return nil
 	}
 	entry := orderID + "|" + strconv.Itoa(h) + "|" + state + "|" + strconv.Itoa(k)
 	return c.rdb.Process(ctx, redisLRem(ctx, l.buckets[k].keys[2], entry))

@@ -243,7 +243,9 @@ type Bucket struct {
 	// units of their orders.
 	BuyerMismatches int64
 	// Outbox counts changes decided here that the buyers' home buckets
-	// have not applied yet; Sweep delivers them.
+	// have not applied yet; Sweep delivers them (news for an order whose
+	// claim is still open in its home waits until the claim is settled or
+	// ends).
 	Outbox int64
 }
 
