@@ -103,7 +103,10 @@ func TestSweepTellsTheHomeBucketAboutExpiredHoldsElsewhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		alice := buyerHomedAt(0, n, "alice")
-		r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: 50 * time.Millisecond})
+		// The hold outlasts the three scripts of a reservation from another
+		// bucket on a loaded machine: one settled after its deadline is
+		// returned.
+		r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: 500 * time.Millisecond})
 		if err != nil || r.Bucket != 1 {
 			t.Fatalf("%+v %v", r, err)
 		}
@@ -127,9 +130,10 @@ func TestSweepTellsTheHomeBucketAboutExpiredHoldsElsewhere(t *testing.T) {
 }
 
 // abandonClaim makes the claim a process makes in alice's home bucket when
-// the home is empty, and stops there, as if it died before any other
-// bucket held the units. It returns alice and the claim's deadline.
-func abandonClaim(t *testing.T, c *Counter, rdb RedisClient, item string, n int, orderID string) (string, int64) {
+// the home is empty, for an order held for hold, and stops there, as if it
+// died before any other bucket held the units. It returns alice and the
+// claim's deadline.
+func abandonClaim(t *testing.T, c *Counter, rdb RedisClient, item string, n int, orderID string, hold time.Duration) (string, int64) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := c.Reserve(ctx, item, order("f"+orderID, buyerHomedAt(0, n, "filler"+orderID))); err != nil {
@@ -138,7 +142,7 @@ func abandonClaim(t *testing.T, c *Counter, rdb RedisClient, item string, n int,
 	alice := buyerHomedAt(0, n, "alice")
 	l := c.layoutFor(item, n)
 	args := append(reserveScript.Args(3, 8), l.buckets[0].keys[:]...)
-	res, err := reserveScript.Ints(ctx, rdb, append(args, n, orderID, alice, 1, 50))
+	res, err := reserveScript.Ints(ctx, rdb, append(args, n, orderID, alice, 1, hold.Milliseconds()))
 	if err != nil || len(res) != 4 || res[0] != codeClaimed {
 		t.Fatalf("claim: %v %v", res, err)
 	}
@@ -152,7 +156,7 @@ func TestARetryResumesAnAbandonedClaim(t *testing.T) {
 		c := newCounter(t, rdb)
 		const n = 2
 		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
-		alice, _ := abandonClaim(t, c, rdb, item, n, "a1")
+		alice, _ := abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
 		if err := c.Confirm(ctx, item, "a1", alice); !errors.Is(err, ErrPending) {
 			t.Fatalf("Confirm of a claimed order: %v, want ErrPending", err)
 		}
@@ -174,7 +178,7 @@ func TestAnAbandonedClaimEndsAtItsDeadline(t *testing.T) {
 		c := newCounter(t, rdb)
 		const n = 2
 		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
-		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1")
+		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1", 50*time.Millisecond)
 		redistest.WaitFor(t, 5*time.Second, "Redis's clock to pass the claim's deadline", func() bool {
 			now, err := b.Client(t).Time(ctx).Result()
 			return err == nil && now.UnixMilli() > deadline
@@ -200,13 +204,13 @@ func TestOnlyTheHoldingBucketIsHeeded(t *testing.T) {
 		c := newCounter(t, rdb)
 		const n = 3
 		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
-		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1")
+		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
 		l := c.layoutFor(item, n)
 		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
 		// Both buckets 1 and 2 hold the order; bucket 2 settles first.
 		for _, k := range []int{1, 2} {
 			args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
-			if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline+60000, 0, n)); err != nil || res[0] != codeReserved {
+			if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline, 0, n)); err != nil || res[0] != codeReserved {
 				t.Fatalf("take in %d: %v %v", k, res, err)
 			}
 		}

@@ -106,6 +106,19 @@ local function records()
     end
   end
 
+  -- end_claim ends a claim homed here whose deadline has passed: the order
+  -- is returned (stock stays -1) and the buyer's allowance released. The
+  -- record is kept, so that a retry of the order is answered "returned"
+  -- rather than reserved afresh. A hold another bucket took for the claim
+  -- shares its deadline and is returned there; the home no longer heeds
+  -- that bucket's news (mirror.lua), so the allowance is released once.
+  function R.end_claim(order, r, limit)
+    r.st = R.RETURNED
+    redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
+    redis.call('ZREM', KEYS[2], order)
+    R.release_buyer(limit, r.buyer, r.q)
+  end
+
   -- sweep ends up to max holds and claims whose deadline has passed: held
   -- units go back to stock, claims release the buyer's allowance. It returns
   -- the units put back and the claims ended.
@@ -118,12 +131,11 @@ local function records()
         R.give_back(order, r, self, limit)
         units = units + r.q
       elseif r and r.st == R.CLAIMED and r.home == self then
-        r.st = R.RETURNED
-        redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
-        R.release_buyer(limit, r.buyer, r.q)
+        R.end_claim(order, r, limit)
         claims = claims + 1
+      else
+        redis.call('ZREM', KEYS[2], order)
       end
-      redis.call('ZREM', KEYS[2], order)
     end
     return units, claims
   end

@@ -184,8 +184,8 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 // settle records in the home bucket that bucket k holds the order's
 // units. If another call settled the claim first, with the same bucket this
 // call's hold is that reservation; with another bucket, or if the claim
-// ended meanwhile (its deadline passed and it was swept), the units taken
-// from k are given back.
+// ended meanwhile (its deadline passed: it was swept, or settle.lua ends
+// it), the units taken from k are given back.
 func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool) (Reservation, error) {
 	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
 	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n))

@@ -23,7 +23,10 @@
 --                                 bucket holds them yet (another call is
 --                                 reserving it, or one failed mid-way): the
 --                                 caller may resume with take.lua and
---                                 settle.lua until deadline
+--                                 settle.lua until deadline. A claim found
+--                                 past its deadline is ended instead (as the
+--                                 sweep would) and the order replayed as
+--                                 returned: {2, deadline, -1, 3}
 --   {-5, deadline}                not enough stock here: the units are
 --                                 claimed against the buyer until deadline;
 --                                 take them from another bucket (take.lua)
@@ -100,6 +103,13 @@ end
 
 -- deadlines caches the deadline string of each hold in the batch.
 local now, drained, deadlines = nil, nil, {}
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = t[1] * 1000 + math.floor(t[2] / 1000)
+  end
+  return now
+end
 local function decide(i)
   local order, buyer, qs = ARGV[2 + 4 * i], ARGV[3 + 4 * i], ARGV[4 + 4 * i]
   local ofield, bfield = fields[6 + 2 * i], fields[7 + 2 * i]
@@ -112,15 +122,22 @@ local function decide(i)
       return answer(-3)
     end
     if r.st == R.CLAIMED then
-      return answer(-4, r.deadline)
+      if r.deadline > clock() then
+        return answer(-4, r.deadline)
+      end
+      -- The claim ran out unsettled: any hold taken for it ended with it.
+      -- Resuming would settle onto a returned hold, so end the claim here
+      -- and answer as the sweep's ending would have. The work is done on
+      -- Redis, so the batch's view is written first and read again after.
+      flush()
+      R.end_claim(order, r, limit)
+      load(redis.call('HMGET', KEYS[1], 'available', 'held', select(6, unpack(fields))), 3)
+      return answer(2, r.deadline, r.stock, R.STATE_CODE[R.RETURNED])
     end
     return answer(2, r.deadline, r.stock, R.STATE_CODE[r.st])
   end
 
-  if not now then
-    local t = redis.call('TIME')
-    now = t[1] * 1000 + math.floor(t[2] / 1000)
-  end
+  clock()
   local used = tonumber(val[bfield]) or 0
   if not drained and held > 0 and (available < q or (limit > 0 and used + q > limit)) then
     -- Holds that ran out count as held until swept. Sweep a few here, so

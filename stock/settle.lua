@@ -12,9 +12,9 @@
 --   {-1}           the claim is dropped and the buyer's allowance released
 --   {-8, bucket, state}  the claim is no longer open: another call settled
 --                  it (bucket holds the units; state 1 held, 2 sold, 3
---                  returned), or its deadline passed and it was swept
---                  (bucket -1, state 3). Unless bucket is the one this call
---                  took from, the caller gives back what it took
+--                  returned), or its deadline passed (bucket -1, state 3:
+--                  it was swept, or is ended now). Unless bucket is the one
+--                  this call took from, the caller gives back what it took
 --   {-6, n} / {-7} route again with n buckets / no such item
 local R = records()
 local self, limit, _, err = R.check_bucket(ARGV[3])
@@ -28,6 +28,13 @@ if not r or r.home ~= self then
 end
 if r.st ~= R.CLAIMED then
   return {-8, r.stock, R.STATE_CODE[r.st]}
+end
+if r.deadline <= R.now_ms() then
+  -- Too late: the hold taken for the claim has the same deadline, so it is
+  -- returned, or will be at the next sweep of its bucket. Settling onto it
+  -- would report a hold that is gone. End the claim as the sweep would.
+  R.end_claim(order, r, limit)
+  return {-8, -1, 3}
 end
 redis.call('ZREM', KEYS[2], order)
 if k < 0 then
