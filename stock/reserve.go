@@ -169,16 +169,19 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 		case codeEmpty:
 			continue
 		case codeOrderTaken:
-			return Reservation{}, c.dropClaim(ctx, item, l, h, o, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID))
+			return c.dropClaim(ctx, item, l, h, -1, o, deadline, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID))
 		case codeClaimOver:
-			return Reservation{}, c.dropClaim(ctx, item, l, h, o, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
+			// The deadline passed, or k's hold for the order ended: k is not
+			// where the order is held, though another call may have settled
+			// it elsewhere.
+			return c.dropClaim(ctx, item, l, h, k, o, deadline, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
 		case codeReserved, codeReplayed:
 			return c.settle(ctx, item, l, h, k, o, deadline, resumed)
 		default:
 			return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
 		}
 	}
-	return Reservation{}, c.dropClaim(ctx, item, l, h, o, fmt.Errorf("%w: %q", ErrSoldOut, item))
+	return c.dropClaim(ctx, item, l, h, -1, o, deadline, fmt.Errorf("%w: %q", ErrSoldOut, item))
 }
 
 // settle records in the home bucket that bucket k holds the order's
@@ -216,16 +219,25 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 }
 
 // dropClaim ends the claim in the home bucket, releasing the buyer's
-// allowance, and returns why.
-func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h int, o Order, why error) error {
+// allowance, and returns why. If another call settled the claim first onto
+// a hold or sale in a bucket other than over (the bucket that said the
+// order's hold there ended, or -1), the order is reserved after all: that
+// reservation is returned instead.
+func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over int, o Order, deadline int64, why error) (Reservation, error) {
 	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
-	if _, err := c.call(ctx, item, settleScript, append(args, o.ID, -1, l.n)); err != nil {
-		return errors.Join(why, err)
+	res, err := c.call(ctx, item, settleScript, append(args, o.ID, -1, l.n))
+	if err != nil {
+		return Reservation{}, errors.Join(why, err)
+	}
+	if res[0] == codeClaimOver && len(res) == 3 && res[1] >= 0 && int(res[1]) != over {
+		if state := State(res[2]); state == Held || state == Sold {
+			return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: state, Deadline: msTime(deadline), Bucket: int(res[1]), Replayed: true}, nil
+		}
 	}
 	if errors.Is(why, ErrSoldOut) {
 		c.markSoldOut(item)
 	}
-	return why
+	return Reservation{}, why
 }
 
 func msTime(ms int64) time.Time { return time.UnixMilli(ms) }

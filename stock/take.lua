@@ -11,26 +11,38 @@
 --
 -- Reply, an array of integers:
 --   {1}            held here until the deadline
---   {2, state}     this bucket already has the order (a repeated call)
+--   {2, state}     this bucket already holds the order (a repeated call,
+--                  state 1), or sold it (state 2: another call settled the
+--                  claim here and the order was confirmed since)
 --   {-1}           not enough stock here
 --   {-3}           the order id is taken here by another order
---   {-8}           the deadline has passed: the claim is over
+--   {-8}           the claim is over: its deadline has passed, or this
+--                  bucket's hold for the order ended (returned, or past its
+--                  deadline and about to be)
 --   {-6, n} / {-7} route again with n buckets / no such item
+--
+-- A hold here that has ended is not replayed: the caller would settle the
+-- claim onto it and report units held that are back in stock, and the
+-- home, which cannot apply the news of a return while the claim is open
+-- (mirror.lua), would count them against the buyer until it arrived.
 local order, buyer, q, deadline = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local R = records()
 local self, limit, c, err = R.check_bucket(ARGV[6], 'available', 'held', 'o:' .. order)
 if err then
   return err
 end
+local now = R.now_ms()
 if c[3] then
   local r = R.decode(c[3])
-  if r.stock == self and r.buyer == buyer and r.q == q then
+  if r.stock ~= self or r.buyer ~= buyer or r.q ~= q then
+    return {-3}
+  end
+  if r.st == R.SOLD or (r.st == R.HELD and r.deadline > now) then
     return {2, R.STATE_CODE[r.st]}
   end
-  return {-3}
+  return {-8}
 end
 
-local now = R.now_ms()
 if deadline <= now then
   return {-8}
 end
