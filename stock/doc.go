@@ -108,12 +108,16 @@
 // (the first call is at work, or died mid-way) resumes it: the other
 // buckets know the order by its id, the first settle wins, and a call that
 // loses gives back what it took. If nobody resumes, the claim and any
-// units taken end at the deadline like any hold. Confirm and Cancel of
-// such an order decide on the bucket holding the units and then tell the
-// home; the sweep tells the home about holds it returned through the
+// units taken end at the deadline like any hold. Past the deadline a claim
+// is never settled, resumed or answered as pending: settle and Reserve end
+// it as the sweep would, a bucket whose hold for it ended does not offer
+// that hold again, and the order is reported returned. Confirm and Cancel
+// of such an order decide on the bucket holding the units and then tell
+// the home; the sweep tells the home about holds it returned through the
 // outbox, so a crash cannot lose the news, only delay it (until then the
-// buyer's count stays high, never low). The home heeds only the bucket it
-// recorded as holding the units.
+// buyer's count stays high, never low). News for an order whose claim is
+// still open stays in the outbox until the claim is settled or ends. The
+// home heeds only the bucket it recorded as holding the units.
 //
 // With buckets, the units of one order come from one bucket: an order for
 // q units is refused when no single bucket has q, even if several together
