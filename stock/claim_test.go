@@ -1,0 +1,279 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+// The tests here follow an order whose buyer's home bucket is empty, so
+// that its units are claimed there and held in another bucket, through
+// crashes, delays that outlast the hold, and races between calls for the
+// order. No call may report the order held where its hold has ended, and
+// once it is returned everywhere its buyer's allowance must come back.
+
+// errDied stands for a process that dies before its command is sent.
+var errDied = errors.New("the process died")
+
+// claimHold is the hold of the orders below: long enough for a reservation
+// (or a retry) to reach the other bucket before the deadline on a loaded
+// machine, short enough to wait out.
+const claimHold = 500 * time.Millisecond
+
+// claimItem creates an item of two buckets whose stock is all in bucket 0,
+// and returns it with alice, a buyer homed in the empty bucket 1.
+func claimItem(t *testing.T, c *Counter) (item, alice string) {
+	t.Helper()
+	return newItem(t, c, Item{Total: 1, PerBuyer: 1, Buckets: 2}), buyerHomedAt(1, 2, "alice")
+}
+
+// sweepIn matches the sweep script's calls on one bucket.
+func sweepIn(b bucket) redistest.Match {
+	isSweep := redistest.Script(sweepScript.Hash())
+	return func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		return isSweep(cmd) && len(args) > 3 && args[3] == b.keys[0]
+	}
+}
+
+// sweepDiesAfterBucket0 runs a Sweep that returns the expired hold in
+// bucket 0 and delivers its news to the home, and dies before it reaches
+// the home bucket 1, where the claim stays open.
+func sweepDiesAfterBucket0(t *testing.T, c *Counter, f *redistest.Faults, item string) {
+	t.Helper()
+	f.On(sweepIn(c.layoutFor(item, 2).buckets[1])).Fail(errDied).Times(1)
+	if units, err := c.Sweep(context.Background(), item, 10); units != 1 || !errors.Is(err, errDied) {
+		t.Fatalf("Sweep: %d units, %v; want bucket 0's unit back, then the crash", units, err)
+	}
+}
+
+// waitPast waits until Redis's clock has passed hold after now, which a
+// deadline set before now cannot exceed.
+func waitPast(t *testing.T, rdb redis.UniversalClient, now time.Time, hold time.Duration) {
+	t.Helper()
+	redistest.WaitFor(t, 5*time.Second, "Redis's clock to pass the deadline", func() bool {
+		at, err := rdb.Time(context.Background()).Result()
+		return err == nil && at.After(now.Add(hold))
+	})
+}
+
+// redisNow returns Redis's clock.
+func redisNow(t *testing.T, rdb redis.UniversalClient) time.Time {
+	t.Helper()
+	now, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// wantReleased checks that the order's story is over: the home has the
+// news of the returned hold, alice may order again, and the books hold.
+func wantReleased(t *testing.T, c *Counter, item, alice string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Sweep(ctx, item, 10); err != nil {
+		t.Fatal(err)
+	}
+	a := mustAudit(t, c, item)
+	if a.Buckets[0].Outbox != 0 || a.Available != 1 {
+		t.Fatalf("after the sweep: %+v, want the unit back and the news delivered", a)
+	}
+	if _, err := c.Reserve(ctx, item, order("a2", alice)); err != nil {
+		t.Fatalf("alice's next order: %v, want her allowance back", err)
+	}
+	mustAudit(t, c, item)
+}
+
+func TestARetryAfterTheDeadlineFindsTheClaimedOrderReturned(t *testing.T) {
+	// The process reserving alice's order took the unit from bucket 0 and
+	// died before settling the claim in her home. The hold ran out, a
+	// sweep returned it and died before ending the claim. Then alice's
+	// client retries.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold}
+		f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
+		if _, err := c.Reserve(ctx, item, a1); !errors.Is(err, errDied) {
+			t.Fatalf("Reserve: %v, want the crash before settle", err)
+		}
+		waitPast(t, rdb, redisNow(t, rdb), claimHold)
+		sweepDiesAfterBucket0(t, c, f, item)
+		// The home could not apply the news while the claim was open: it
+		// must wait in the outbox, not be dropped.
+		if a := mustAudit(t, c, item); a.Buckets[0].Outbox != 1 {
+			t.Fatalf("bucket 0's outbox: %d entries, want the news kept for the home", a.Buckets[0].Outbox)
+		}
+		for i := range 2 { // the retry, and a retry of the retry
+			a1.Hold = time.Minute
+			r, err := c.Reserve(ctx, item, a1)
+			if err != nil || r.State != Returned || !r.Replayed {
+				t.Fatalf("retry %d: %+v %v, want the order replayed as returned", i, r, err)
+			}
+		}
+		wantReleased(t, c, item, alice)
+	})
+}
+
+func TestAResumedClaimDoesNotSettleOntoAHoldReturnedMeanwhile(t *testing.T) {
+	// As above, but alice's retry finds the claim open before the deadline
+	// and resumes it; by the time it asks bucket 0, the hold it would
+	// resume has run out and been returned.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold}
+		f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
+		if _, err := c.Reserve(ctx, item, a1); !errors.Is(err, errDied) {
+			t.Fatalf("Reserve: %v, want the crash before settle", err)
+		}
+		claimed := redisNow(t, rdb)
+		take := f.On(redistest.Script(takeScript.Hash())).Hold()
+		type outcome struct {
+			r   Reservation
+			err error
+		}
+		retry := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute})
+			retry <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 5*time.Second, "the retry to resume the claim", func() bool { return take.Hits() >= 1 })
+		waitPast(t, rdb, claimed, claimHold)
+		sweepDiesAfterBucket0(t, c, f, item)
+		take.Release()
+		got := <-retry
+		if !errors.Is(got.err, ErrReturned) {
+			t.Fatalf("resumed retry: %+v %v, want ErrReturned", got.r, got.err)
+		}
+		r, err := c.Reserve(ctx, item, order("a1", alice))
+		if err != nil || r.State != Returned || !r.Replayed {
+			t.Fatalf("a later retry: %+v %v, want the order replayed as returned", r, err)
+		}
+		wantReleased(t, c, item, alice)
+	})
+}
+
+func TestAClaimSettledAfterItsDeadlineIsReturned(t *testing.T) {
+	// Reserve holds the unit in bucket 0 in time, but its settle reaches
+	// the home after the deadline, once the hold has been returned.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		settle := f.On(redistest.Script(settleScript.Hash())).Hold()
+		type outcome struct {
+			r   Reservation
+			err error
+		}
+		first := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold})
+			first <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 5*time.Second, "Reserve to settle", func() bool { return settle.Hits() >= 1 })
+		waitPast(t, rdb, redisNow(t, rdb), claimHold)
+		sweepDiesAfterBucket0(t, c, f, item)
+		settle.Release()
+		got := <-first
+		if !errors.Is(got.err, ErrReturned) {
+			t.Fatalf("Reserve: %+v %v, want ErrReturned", got.r, got.err)
+		}
+		r, err := c.Reserve(ctx, item, order("a1", alice))
+		if err != nil || r.State != Returned || !r.Replayed {
+			t.Fatalf("a retry: %+v %v, want the order replayed as returned", r, err)
+		}
+		wantReleased(t, c, item, alice)
+	})
+}
+
+func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
+	// Two calls for alice's order raced: one found no bucket with stock and
+	// dropped the claim (a refusal is not remembered), the other held the
+	// unit in bucket 0 meanwhile, found the claim gone and gave the unit
+	// back. A later retry claims the order afresh and must not settle onto
+	// bucket 0's returned hold, whose news the home has already dropped.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		l := c.layoutFor(item, 2)
+		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+		args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
+		res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds()))
+		if err != nil || res[0] != codeClaimed {
+			t.Fatalf("claim: %v %v", res, err)
+		}
+		deadline := res[1]
+		targs := append(takeScript.Args(3, 9), l.buckets[0].keys[:]...)
+		if res, err := takeScript.Ints(ctx, rdb, append(targs, o.ID, alice, 1, deadline, 1, 2)); err != nil || res[0] != codeReserved {
+			t.Fatalf("take: %v %v", res, err)
+		}
+		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, ErrSoldOut); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("the refusing call: %v", err)
+		}
+		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true); !errors.Is(err, ErrReturned) {
+			t.Fatalf("the call that held the unit: %v, want ErrReturned", err)
+		}
+		if _, err := c.Sweep(ctx, item, 10); err != nil { // the home has no order to apply the news to
+			t.Fatal(err)
+		}
+		r, err := c.Reserve(ctx, item, o)
+		if r.State == Held || !errors.Is(err, ErrReturned) {
+			t.Fatalf("the retry: %+v %v, want ErrReturned", r, err)
+		}
+		wantReleased(t, c, item, alice)
+	})
+}
+
+func TestALateResumerFindsTheWinnersReservationNotAReturnedHold(t *testing.T) {
+	// Bucket 1 held alice's order for a call that lost the race to settle
+	// to bucket 2 and gave the unit back. A third call that found the claim
+	// open before that resumes it, asking bucket 1 first: the order is held
+	// in bucket 2, not returned.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		const n = 3
+		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
+		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
+		l := c.layoutFor(item, n)
+		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+		for _, k := range []int{1, 2} {
+			args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
+			if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline, 0, n)); err != nil || res[0] != codeReserved {
+				t.Fatalf("take in %d: %v %v", k, res, err)
+			}
+		}
+		if _, err := c.settle(ctx, item, l, 0, 2, o, deadline, false); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true); err != nil || r.Bucket != 2 {
+			t.Fatalf("losing settle: %+v %v", r, err)
+		}
+		r, err := c.reserveElsewhere(ctx, item, l, 0, o, deadline, true)
+		if err != nil || r.State != Held || r.Bucket != 2 || !r.Replayed {
+			t.Fatalf("late resumer: %+v %v, want the order held in bucket 2", r, err)
+		}
+		a := mustAudit(t, c, item)
+		if a.Buckets[1].Available != 1 || a.Buckets[2].Held != 1 {
+			t.Fatalf("after the race: %+v", a)
+		}
+	})
+}
