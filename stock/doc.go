@@ -129,12 +129,14 @@
 //
 // WithSoldOutCache remembers in the process, for a short TTL, that an item
 // sold out, and answers ErrSoldOut without asking Redis: the crowd still
-// pressing "buy" after the last unit costs nothing. Units that come back
-// through the same Counter clear it at once; others are offered again
-// within the TTL. While it answers, a retry of an order that did get its
-// units is answered ErrSoldOut too (only Redis knows the order): keep the
-// TTL well below the clients' retry timeout, so that a retry reaches Redis
-// and gets its reservation back.
+// pressing "buy" after the last unit costs nothing. What Redis refused is
+// an order of some size, so the cache answers only orders at least that
+// large: an order too large for what is left does not turn away smaller
+// ones that still fit. Units that come back through the same Counter clear
+// it at once; others are offered again within the TTL. While it answers,
+// a retry of an order that did get its units is answered ErrSoldOut too
+// (only Redis knows the order): keep the TTL well below the clients' retry
+// timeout, so that a retry reaches Redis and gets its reservation back.
 //
 // # What it does not promise
 //

@@ -34,12 +34,14 @@ func WithPrefix(prefix string) Option {
 // WithSoldOutCache makes the Counter remember, for ttl, that an item sold
 // out, and answer ErrSoldOut from memory meanwhile instead of asking Redis:
 // after a flash sale ends, the crowd still pressing "buy" costs Redis
-// nothing. Units that come back (a Cancel, an expired hold, a Restock)
-// are offered again once ttl has passed, or at once when they come back
-// through this Counter. While the cache answers, a retry of an order that
-// did get its units is answered ErrSoldOut too, since only Redis knows the
-// order: keep ttl short (tens to hundreds of milliseconds) and well below
-// the clients' retry timeout. Default: off.
+// nothing. Once Redis refused an order of q units, only orders of q units
+// or more are answered from memory; smaller ones still go to Redis. Units
+// that come back (a Cancel, an expired hold, a Restock) are offered again
+// once ttl has passed, or at once when they come back through this
+// Counter. While the cache answers, a retry of an order that did get its
+// units is answered ErrSoldOut too, since only Redis knows the order: keep
+// ttl short (tens to hundreds of milliseconds) and well below the clients'
+// retry timeout. Default: off.
 func WithSoldOutCache(ttl time.Duration) Option {
 	return func(c *config) error {
 		if ttl < 0 {

@@ -103,7 +103,7 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 	if err := checkOrder(item, o); err != nil {
 		return Reservation{}, err
 	}
-	if c.knownSoldOut(item) {
+	if c.knownSoldOut(item, o.Quantity) {
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
 	}
 	for range 3 {
@@ -131,7 +131,7 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 		r.Deadline, r.Bucket, r.State, r.Replayed = msTime(res[1]), int(res[2]), State(res[3]), true
 		return r, nil
 	case codeEmpty:
-		c.markSoldOut(item)
+		c.markSoldOut(item, o.Quantity)
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
 	case codeBuyerLimit:
 		return Reservation{}, fmt.Errorf("%w: buyer %q has %d", ErrBuyerLimit, o.Buyer, res[1])
@@ -235,7 +235,7 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 		}
 	}
 	if errors.Is(why, ErrSoldOut) {
-		c.markSoldOut(item)
+		c.markSoldOut(item, o.Quantity)
 	}
 	return Reservation{}, why
 }

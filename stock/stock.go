@@ -47,7 +47,7 @@ type Counter struct {
 	batchers sync.Map // batchKey -> *batcher, while Reserve calls use it
 
 	mu      sync.Mutex
-	soldOut map[string]time.Time // item -> until when to answer ErrSoldOut from memory
+	soldOut map[string]soldOutMark // item -> what the sold-out cache knows of it
 }
 
 // New returns a Counter that keeps its items in rdb.
@@ -64,7 +64,7 @@ func New(rdb RedisClient, opts ...Option) (*Counter, error) {
 			return nil, err
 		}
 	}
-	return &Counter{rdb: rdb, prefix: cfg.prefix, soldOutTTL: cfg.soldOutTTL, soldOut: map[string]time.Time{}}, nil
+	return &Counter{rdb: rdb, prefix: cfg.prefix, soldOutTTL: cfg.soldOutTTL, soldOut: map[string]soldOutMark{}}, nil
 }
 
 // Item describes an item to put on sale.
@@ -390,43 +390,6 @@ func (c *Counter) call(ctx context.Context, item string, s *script.Script, args 
 		return nil, fmt.Errorf("%w: %q", ErrUnknownItem, item)
 	}
 	return res, nil
-}
-
-func (c *Counter) markSoldOut(item string) {
-	if c.soldOutTTL <= 0 {
-		return
-	}
-	c.mu.Lock()
-	c.soldOut[item] = time.Now().Add(c.soldOutTTL)
-	c.mu.Unlock()
-}
-
-func (c *Counter) clearSoldOut(item string) {
-	if c.soldOutTTL <= 0 {
-		return
-	}
-	c.mu.Lock()
-	delete(c.soldOut, item)
-	c.mu.Unlock()
-}
-
-// knownSoldOut reports whether the item sold out less than the sold-out
-// cache's TTL ago.
-func (c *Counter) knownSoldOut(item string) bool {
-	if c.soldOutTTL <= 0 {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	until, ok := c.soldOut[item]
-	if !ok {
-		return false
-	}
-	if time.Now().Before(until) {
-		return true
-	}
-	delete(c.soldOut, item)
-	return false
 }
 
 func redisLRem(ctx context.Context, key any, entry string) *redis.IntCmd {
