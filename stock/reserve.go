@@ -103,9 +103,18 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 	if err := checkOrder(item, o); err != nil {
 		return Reservation{}, err
 	}
-	if c.knownSoldOut(item, o.Quantity) {
+	gen, refused := c.askSoldOut(item, o.Quantity)
+	if refused {
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
 	}
+	r, err := c.reserveRouted(ctx, item, o)
+	c.answeredSoldOut(item, gen, o.Quantity, errors.Is(err, ErrSoldOut))
+	return r, err
+}
+
+// reserveRouted runs reserve again while the item's number of buckets
+// changes under it.
+func (c *Counter) reserveRouted(ctx context.Context, item string, o Order) (Reservation, error) {
 	for range 3 {
 		r, err := c.reserve(ctx, item, o)
 		if !errors.Is(err, errReroute) {
@@ -131,7 +140,6 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 		r.Deadline, r.Bucket, r.State, r.Replayed = msTime(res[1]), int(res[2]), State(res[3]), true
 		return r, nil
 	case codeEmpty:
-		c.markSoldOut(item, o.Quantity)
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
 	case codeBuyerLimit:
 		return Reservation{}, fmt.Errorf("%w: buyer %q has %d", ErrBuyerLimit, o.Buyer, res[1])
@@ -233,9 +241,6 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 		if state := State(res[2]); state == Held || state == Sold {
 			return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: state, Deadline: msTime(deadline), Bucket: int(res[1]), Replayed: true}, nil
 		}
-	}
-	if errors.Is(why, ErrSoldOut) {
-		c.markSoldOut(item, o.Quantity)
 	}
 	return Reservation{}, why
 }

@@ -2,61 +2,95 @@ package stock
 
 import "time"
 
-// soldOutMark is what the sold-out cache knows of an item: until until,
-// orders of from units or more are refused from memory.
-//
-// Redis refusing an order of q units says that no bucket had q units, not
-// that none had any: one order larger than what is left must not turn
-// away the buyers of a single unit. Any order of q or more would have been
-// refused as well, so the mark covers those and no smaller one.
-type soldOutMark struct {
+// soldOut is what the sold-out cache knows of an item.
+type soldOut struct {
+	// Until until, orders of from units or more are refused from memory
+	// (from 0: no mark).
+	//
+	// Redis refusing an order of q units says that no bucket had q units,
+	// not that none had any: one order larger than what is left must not
+	// turn away the buyers of a single unit. Any order of q or more would
+	// have been refused as well, so the mark covers those and no smaller
+	// one.
 	from  int64
 	until time.Time
+	// gen counts the clears since the Reserve calls in flight (asking of
+	// them) were sent. A refusal is news from before its reply arrived:
+	// if units came back through this Counter meanwhile, marking the item
+	// would hide them for the TTL, so a call marks only if gen is still
+	// the one it read before sending.
+	gen    uint64
+	asking int
 }
 
-// markSoldOut remembers that Redis refused an order of q units as sold out.
-func (c *Counter) markSoldOut(item string, q int64) {
+// askSoldOut is called by Reserve before it asks Redis for q units. It
+// reports whether the cache refuses the order; if not, the call must end
+// with answeredSoldOut, passing gen.
+func (c *Counter) askSoldOut(item string, q int64) (gen uint64, refused bool) {
+	if c.soldOutTTL <= 0 {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.soldOut[item]
+	if s == nil {
+		s = &soldOut{}
+		c.soldOut[item] = s
+	}
+	if s.from > 0 && !time.Now().Before(s.until) {
+		s.from = 0
+	}
+	if s.from > 0 && q >= s.from {
+		return 0, true
+	}
+	s.asking++
+	return s.gen, false
+}
+
+// answeredSoldOut ends a call that askSoldOut let through, and marks the
+// item if Redis refused the call's q units as sold out and no units came
+// back through this Counter since the call read gen.
+func (c *Counter) answeredSoldOut(item string, gen uint64, q int64, refused bool) {
 	if c.soldOutTTL <= 0 {
 		return
 	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	s := c.soldOut[item]
+	if s == nil {
+		return // cannot be: askSoldOut made it and asking kept it
+	}
+	s.asking--
 	// A mark that still covers fewer units is the stronger news: keep it
 	// rather than let a larger refusal narrow it.
-	if m, ok := c.soldOut[item]; ok && now.Before(m.until) && m.from < q {
-		return
+	if refused && gen == s.gen && (s.from == 0 || !now.Before(s.until) || q <= s.from) {
+		s.from, s.until = q, now.Add(c.soldOutTTL)
 	}
-	c.soldOut[item] = soldOutMark{from: q, until: now.Add(c.soldOutTTL)}
+	c.prune(item, s)
 }
 
 // clearSoldOut forgets the item's mark: units came back through this
-// Counter, and the next order must see them.
+// Counter, and the next order must see them, as must the calls in flight
+// that were refused before they came back.
 func (c *Counter) clearSoldOut(item string) {
 	if c.soldOutTTL <= 0 {
 		return
 	}
 	c.mu.Lock()
-	delete(c.soldOut, item)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if s := c.soldOut[item]; s != nil {
+		s.from = 0
+		s.gen++
+		c.prune(item, s)
+	}
 }
 
-// knownSoldOut reports whether an order of q units of the item is to be
-// refused from memory: Redis refused one of at most q units less than the
-// sold-out cache's TTL ago.
-func (c *Counter) knownSoldOut(item string, q int64) bool {
-	if c.soldOutTTL <= 0 {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m, ok := c.soldOut[item]
-	if !ok {
-		return false
-	}
-	if !time.Now().Before(m.until) {
+// prune drops s, the item's entry, when it neither marks the item nor
+// has calls in flight to read its gen, so that the cache holds only the
+// items being reserved or marked. The caller holds c.mu.
+func (c *Counter) prune(item string, s *soldOut) {
+	if s.asking == 0 && s.from == 0 {
 		delete(c.soldOut, item)
-		return false
 	}
-	return q >= m.from
 }

@@ -4,11 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/surgekit/surge/internal/redistest"
 )
+
+// replyGate is a go-redis hook that, once armed, lets the next command
+// match selects run on the server and then holds its reply from the
+// caller until release is closed: the caller's news is stale by the time
+// it hears it. (Faults holds commands before they run.)
+type replyGate struct {
+	match   redistest.Match
+	armed   atomic.Bool
+	ran     chan struct{} // closed once the gated command has run
+	release chan struct{}
+}
+
+func newReplyGate(t *testing.T, m redistest.Match) *replyGate {
+	g := &replyGate{match: m, ran: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *replyGate) open() {
+	select {
+	case <-g.release:
+	default:
+		close(g.release)
+	}
+}
+
+func (g *replyGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *replyGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (g *replyGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		// A NOSCRIPT reply is not the script's answer: gate the EVAL after it.
+		if err == nil && g.match(cmd) && g.armed.CompareAndSwap(true, false) {
+			close(g.ran)
+			<-g.release
+		}
+		return err
+	}
+}
 
 func TestAnOrderTooLargeForWhatIsLeftDoesNotMarkSmallerOnesSoldOut(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -49,6 +95,50 @@ func TestAnOrderTooLargeForWhatIsLeftDoesNotMarkSmallerOnesSoldOut(t *testing.T)
 				}
 				if n := calls.Hits() - before; n != 0 {
 					t.Fatalf("%d commands sent once a 1-unit order was refused", n)
+				}
+			})
+		}
+	})
+}
+
+func TestARefusalThatArrivesAfterACancelOnTheSameCounterDoesNotHideTheReturnedUnit(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, tc := range []struct {
+			name    string
+			buckets int
+			refuser string // the script whose empty reply is held back
+		}{
+			{"1 bucket", 1, reserveScript.Hash()},
+			{"2 buckets", 2, takeScript.Hash()},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				n := tc.buckets
+				g := newReplyGate(t, redistest.Script(tc.refuser))
+				c := newCounter(t, b.Client(t, g), WithSoldOutCache(time.Hour))
+				item := newItem(t, c, Item{Total: int64(n), Buckets: n})
+				// Each bucket's unit goes to a buyer homed there.
+				for k := range n {
+					if _, err := c.Reserve(ctx, item, order(fmt.Sprint("a", k), buyerHomedAt(k, n, "ann"))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				g.armed.Store(true)
+				refused := make(chan error, 1)
+				go func() {
+					_, err := c.Reserve(ctx, item, order("b", buyerHomedAt(0, n, "bob")))
+					refused <- err
+				}()
+				<-g.ran // Redis found nothing for bob; he has not heard yet.
+				if err := c.Cancel(ctx, item, "a0", buyerHomedAt(0, n, "ann")); err != nil {
+					t.Fatal(err)
+				}
+				g.open()
+				if err := <-refused; !errors.Is(err, ErrSoldOut) {
+					t.Fatalf("bob: %v, want ErrSoldOut", err)
+				}
+				if _, err := c.Reserve(ctx, item, order("c", buyerHomedAt(0, n, "cat"))); err != nil {
+					t.Fatalf("the unit the cancel returned: %v", err)
 				}
 			})
 		}

@@ -47,7 +47,7 @@ type Counter struct {
 	batchers sync.Map // batchKey -> *batcher, while Reserve calls use it
 
 	mu      sync.Mutex
-	soldOut map[string]soldOutMark // item -> what the sold-out cache knows of it
+	soldOut map[string]*soldOut // item -> what the sold-out cache knows of it
 }
 
 // New returns a Counter that keeps its items in rdb.
@@ -64,7 +64,7 @@ func New(rdb RedisClient, opts ...Option) (*Counter, error) {
 			return nil, err
 		}
 	}
-	return &Counter{rdb: rdb, prefix: cfg.prefix, soldOutTTL: cfg.soldOutTTL, soldOut: map[string]soldOutMark{}}, nil
+	return &Counter{rdb: rdb, prefix: cfg.prefix, soldOutTTL: cfg.soldOutTTL, soldOut: map[string]*soldOut{}}, nil
 }
 
 // Item describes an item to put on sale.
