@@ -33,7 +33,15 @@ func checkRef(item, orderID, buyer string) error {
 // Confirm, Cancel and Sweep decide on the bucket that holds the units, in
 // one script each, so exactly one of them wins for an order.
 func (c *Counter) Confirm(ctx context.Context, item, orderID, buyer string) error {
-	return c.finish(ctx, item, orderID, buyer, confirmScript, "S")
+	err := c.finish(ctx, item, orderID, buyer, confirmScript, "S")
+	if errors.Is(err, ErrReturned) {
+		// confirm.lua gives an expired hold back itself, and its reply does
+		// not say whether it did or found the hold returned before: clear in
+		// both cases, since a needless clear costs one order a trip to Redis
+		// and a missed one hides units for the TTL.
+		c.clearSoldOut(item)
+	}
+	return err
 }
 
 // Cancel returns a held order's units to stock, exactly once. It returns

@@ -217,6 +217,7 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 		if _, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n)); err != nil {
 			return Reservation{}, err
 		}
+		c.clearSoldOut(item) // the units taken from k are back
 		if settled >= 0 && (state == Held || state == Sold) {
 			r.Bucket, r.State, r.Replayed = settled, state, true
 			return r, nil

@@ -144,3 +144,103 @@ func TestARefusalThatArrivesAfterACancelOnTheSameCounterDoesNotHideTheReturnedUn
 		}
 	})
 }
+
+// shortHold is a hold that the next call or two still find held, and that
+// a test can wait out.
+const shortHold = 300 * time.Millisecond
+
+// waitPast waits until Redis's clock is past deadline.
+func waitPast(t *testing.T, rdb redis.UniversalClient, deadline time.Time) {
+	t.Helper()
+	redistest.WaitFor(t, 5*time.Second, "Redis's clock to pass the deadline", func() bool {
+		now, err := rdb.Time(context.Background()).Result()
+		return err == nil && now.After(deadline)
+	})
+}
+
+func TestAConfirmThatReturnsAnExpiredHoldClearsTheSoldOutMark(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, n := range []int{1, 2} {
+			t.Run(fmt.Sprint(n, " buckets"), func(t *testing.T) {
+				ctx := context.Background()
+				rdb := b.Client(t)
+				c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+				item := newItem(t, c, Item{Total: int64(n), Buckets: n})
+				if n == 2 {
+					// Bucket 0's unit goes first, so alice's comes from bucket
+					// 1 and her Confirm is decided there.
+					if _, err := c.Reserve(ctx, item, order("f", buyerHomedAt(0, n, "fay"))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				alice := buyerHomedAt(0, n, "alice")
+				r, err := c.Reserve(ctx, item, Order{ID: "a", Buyer: alice, Quantity: 1, Hold: shortHold})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Reserve(ctx, item, order("b", buyerHomedAt(0, n, "bob"))); !errors.Is(err, ErrSoldOut) {
+					t.Fatalf("bob, within alice's hold: %v, want ErrSoldOut", err)
+				}
+				waitPast(t, rdb, r.Deadline)
+				if err := c.Confirm(ctx, item, "a", alice); !errors.Is(err, ErrReturned) {
+					t.Fatalf("late confirm: %v, want ErrReturned", err)
+				}
+				if _, err := c.Reserve(ctx, item, order("c", buyerHomedAt(0, n, "cat"))); err != nil {
+					t.Fatalf("the unit the late confirm returned: %v", err)
+				}
+			})
+		}
+	})
+}
+
+func TestAReserveWhoseClaimEndedGivesBackWhatItTookAndClearsTheSoldOutMark(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		const n = 2
+		item := newItem(t, c, Item{Total: n, Buckets: n})
+		l := c.layoutFor(item, n)
+		if _, err := c.Reserve(ctx, item, order("f", buyerHomedAt(0, n, "fay"))); err != nil {
+			t.Fatal(err)
+		}
+		// alice claims in her home, bucket 0, takes bucket 1's unit, and is
+		// paused before she settles.
+		held := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
+		t.Cleanup(held.Release)
+		alice := buyerHomedAt(0, n, "alice")
+		type outcome struct {
+			r   Reservation
+			err error
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, Order{ID: "a", Buyer: alice, Quantity: 1, Hold: shortHold})
+			done <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "alice to be about to settle", func() bool { return held.Hits() == 1 })
+		if _, err := c.Reserve(ctx, item, order("b", buyerHomedAt(0, n, "bob"))); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("bob, within alice's hold: %v, want ErrSoldOut", err)
+		}
+		// Her claim runs out and the home's sweep ends it; bucket 1 is not
+		// swept, so the unit she took is still held there.
+		home := l.buckets[0].keys
+		redistest.WaitFor(t, 5*time.Second, "alice's claim to be swept", func() bool {
+			args := append(sweepScript.Args(3, 5), home[:]...)
+			res, err := sweepScript.Ints(ctx, rdb, append(args, 100, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(res) >= 2 && res[1] == 1
+		})
+		held.Release()
+		if o := <-done; !errors.Is(o.err, ErrReturned) {
+			t.Fatalf("alice: %+v %v, want ErrReturned", o.r, o.err)
+		}
+		if _, err := c.Reserve(ctx, item, order("c", buyerHomedAt(0, n, "cat"))); err != nil {
+			t.Fatalf("the unit alice gave back: %v", err)
+		}
+		mustAudit(t, c, item)
+	})
+}
