@@ -111,3 +111,72 @@ func TestALookupThatGivesUpInTheQueueReturnsAtOnce(t *testing.T) {
 		}
 	})
 }
+
+func TestACoalescedAddThatWentInIsNotReportedFullWithTheOnesThatDidNot(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		faults := redistest.NewFaults()
+		f := mustScalable(t, b.Client(t, faults), redistest.Key(t), 1, 0.1, WithGrowth(1))
+		// Growth 1 keeps every layer at one item: fill all but the last.
+		var first string
+		for i := 0; f.shards[0].known.Load() < MaxLayers-1 || first == ""; i++ {
+			item := fmt.Sprint("fill-", i)
+			if _, err := f.Add(ctx, item); err != nil {
+				t.Fatal(err)
+			}
+			if first == "" {
+				first = item
+			}
+		}
+		// Two items not in the filter queue behind adds held in flight, and
+		// go in one script call: the first takes the last layer's one
+		// place, the second finds no room.
+		var fresh []string
+		for i := 0; len(fresh) < 2; i++ {
+			item := fmt.Sprint("fresh-", i)
+			if ok, err := f.Exists(ctx, item); err != nil {
+				t.Fatal(err)
+			} else if !ok {
+				fresh = append(fresh, item)
+			}
+		}
+		held := faults.On(redistest.Script(addScript.Hash())).Hold().Times(maxInFlight)
+		t.Cleanup(held.Release)
+		inFlight := make(chan error, maxInFlight)
+		for range maxInFlight {
+			go func() { _, err := f.Add(ctx, first); inFlight <- err }() // present: takes no room
+		}
+		redistest.WaitFor(t, 10*time.Second, "the first adds to be in flight", func() bool { return held.Hits() == maxInFlight })
+		type outcome struct {
+			isNew bool
+			err   error
+		}
+		results := make([]chan outcome, len(fresh))
+		for i, item := range fresh {
+			results[i] = make(chan outcome, 1)
+			go func() {
+				isNew, err := f.Add(ctx, item)
+				results[i] <- outcome{isNew, err}
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
+		}
+		held.Release()
+		for range maxInFlight {
+			if err := <-inFlight; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if o := <-results[0]; o.err != nil || !o.isNew {
+			t.Fatalf("Add(%s), which took the last place: %v %v, want new", fresh[0], o.isNew, o.err)
+		}
+		if o := <-results[1]; !errors.Is(o.err, ErrFull) {
+			t.Fatalf("Add(%s), which found no room: %v %v, want ErrFull", fresh[1], o.isNew, o.err)
+		}
+		if ok, err := f.Exists(ctx, fresh[0]); err != nil || !ok {
+			t.Fatalf("Exists(%s) after it was added: %v %v", fresh[0], ok, err)
+		}
+		if isNew, err := f.Add(ctx, fresh[1]); !errors.Is(err, ErrFull) {
+			t.Fatalf("Add(%s) again: %v %v, want ErrFull", fresh[1], isNew, err)
+		}
+	})
+}

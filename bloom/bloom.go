@@ -58,7 +58,15 @@ type shard struct {
 	known atomic.Int32
 	// adds and lookups coalesce concurrent Adds and Exists calls on the
 	// shard into batches (see one).
-	adds, lookups coalesce.Batcher[string, bool]
+	adds, lookups coalesce.Batcher[string, answer]
+}
+
+// answer is one item's result in a coalesced call. A batch can end part
+// way (ErrFull) after some of its items were added: those callers get
+// their answers, and only the rest get the error.
+type answer struct {
+	found bool
+	err   error
 }
 
 // maxInFlight bounds the coalesced script calls in flight at once per
@@ -234,14 +242,31 @@ func (f *Filter) one(ctx context.Context, add bool, item string) (bool, error) {
 	if add {
 		b = &f.shards[s].adds
 	}
-	found, err := b.Do(ctx, item, func(ctx context.Context, items []string) ([]bool, error) {
+	a, err := b.Do(ctx, item, func(ctx context.Context, items []string) ([]answer, error) {
 		out := make([]bool, len(items))
-		return out, f.run(ctx, add, []group{{shard: s, items: items}}, out)
+		err := f.run(ctx, add, []group{{shard: s, items: items}}, out)
+		var full *fullError
+		if err != nil && !errors.As(err, &full) {
+			return nil, err
+		}
+		res := make([]answer, len(items))
+		for i, found := range out {
+			res[i].found = found
+		}
+		if full != nil {
+			for _, i := range full.left {
+				res[i] = answer{err: full}
+			}
+		}
+		return res, nil
 	})
 	if errors.Is(err, coalesce.ErrOutcomeUnknown) && add {
 		err = fmt.Errorf("bloom: add %q: %w", item, err)
 	}
-	return found, err
+	if err == nil {
+		err = a.err
+	}
+	return a.found, err
 }
 
 // ExistsMany reports, for each of items, whether it may be in the filter
@@ -467,7 +492,16 @@ func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (m
 		// The newest layer is full: send the rest with one more.
 		next := int(r[1]) + 1
 		if next > len(f.layers) {
-			return false, fmt.Errorf("%w: shard %d has %d layers, the most it may have", ErrFull, g.shard, r[1])
+			full := &fullError{shard: g.shard, layers: r[1], left: make([]int, len(g.items)-len(done))}
+			for i := range full.left {
+				if g.at != nil {
+					full.left[i] = g.at[len(done)+i]
+				} else {
+					// Without at, g.items is what is left of the whole batch.
+					full.left[i] = len(out) - len(g.items) + len(done) + i
+				}
+			}
+			return false, full
 		}
 		sh.known.Store(int32(next))
 		g.items = g.items[len(done):]
@@ -486,6 +520,21 @@ func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (m
 	}
 	return false, fmt.Errorf("bloom: unexpected script status %d", r[0])
 }
+
+// fullError is ErrFull, naming the items of the batch that were not
+// added: a script adds items in order and stops at the first one the last
+// layer cannot take, so the ones before it are in.
+type fullError struct {
+	shard  int
+	layers int64
+	left   []int // indexes in the caller's batch of the items not added
+}
+
+func (e *fullError) Error() string {
+	return fmt.Sprintf("%v: shard %d has %d layers, the most it may have", ErrFull, e.shard, e.layers)
+}
+
+func (e *fullError) Unwrap() error { return ErrFull }
 
 // observe records the layer count a script reported (r[1]).
 func (sh *shard) observe(r []int64) {
