@@ -58,6 +58,14 @@ type Lease struct {
 type renewal struct {
 	stop context.CancelFunc
 	done chan struct{}
+	// turn is held (a value sent) by whoever is extending the lease,
+	// the watchdog or Extend: Redis then applies their extensions in the
+	// order they are recorded here, so a renewal with the old ttl cannot
+	// land after an Extend that changed it.
+	turn chan struct{}
+	// reset tells the watchdog that Extend changed the lease: the timer
+	// it set for the old ttl may come too late for the new one.
+	reset chan struct{}
 }
 
 // start records a successful acquisition that was sent at sent (so the
@@ -68,8 +76,8 @@ func (l *Lease) start(fence int64, sent time.Time) {
 	if l.renew {
 		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
 		wctx, stop := context.WithCancel(context.Background())
-		l.renewal = &renewal{stop: stop, done: make(chan struct{})}
-		go l.keepAlive(wctx, l.renewal.done)
+		l.renewal = &renewal{stop: stop, done: make(chan struct{}), turn: make(chan struct{}, 1), reset: make(chan struct{}, 1)}
+		go l.keepAlive(wctx, l.renewal)
 	}
 }
 
@@ -175,30 +183,57 @@ func (l *Lease) Unlock(ctx context.Context) error {
 
 // Extend resets the lease to ttl from now, if this lease still owns the
 // lock; otherwise it returns ErrNotHeld. With AutoRenew, later renewals use
-// the new ttl.
+// the new ttl, the first due a third of it from now (a shorter lease would
+// otherwise run out before the renewal set for the old one). It waits for
+// a renewal in flight, so that the lease Redis keeps is the one last
+// asked for.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("%w: ttl %v is below the minimum of %v", ErrInvalid, ttl, MinTTL)
 	}
 	ttl = ttl.Truncate(time.Millisecond)
+	l.mu.Lock()
+	r := l.renewal
+	l.mu.Unlock()
+	if r != nil {
+		select {
+		case r.turn <- struct{}{}:
+			defer func() { <-r.turn }()
+		case <-ctx.Done():
+			return fmt.Errorf("lock: extend %q: %w", l.name, ctx.Err())
+		}
+	}
 	start := time.Now()
 	ok, err := l.extend(ctx, ttl)
-	if err != nil {
-		return fmt.Errorf("lock: extend %q: %w", l.name, err)
-	}
-	if !ok {
+	if err == nil && !ok {
 		return fmt.Errorf("%w: %q", ErrNotHeld, l.name)
 	}
 	l.mu.Lock()
-	l.ttl = ttl
+	d := l.drift
 	if l.red != nil {
-		l.drift = drift(ttl)
+		d = drift(ttl)
 	}
-	l.deadline = start.Add(ttl - l.drift)
+	end := start.Add(ttl - d)
+	if err == nil {
+		l.ttl, l.drift, l.deadline = ttl, d, end
+	} else if end.Before(l.deadline) {
+		// The call may have run though its reply was lost, leaving the
+		// shorter lease in Redis: the local estimate must not be later.
+		l.deadline = end
+	}
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(l.deadline))
 	}
+	if r != nil {
+		select {
+		case r.reset <- struct{}{}:
+		default: // already told
+		}
+	}
 	l.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("lock: extend %q: %w", l.name, err)
+	}
 	return nil
 }
 
@@ -346,9 +381,11 @@ func (l *Lease) end(cause error) {
 
 // keepAlive is the watchdog: it extends the lease every ttl/3. A failed call is
 // retried sooner, but not past the lease's deadline; after that, or when
-// Redis says the lock is no longer ours, the lease is lost.
-func (l *Lease) keepAlive(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+// Redis says the lock is no longer ours, the lease is lost. When Extend
+// changes the lease (reset), the next renewal is due at a third of what
+// it has left then, not at the time set for the old ttl.
+func (l *Lease) keepAlive(ctx context.Context, r *renewal) {
+	defer close(r.done)
 	l.mu.Lock()
 	wait := l.ttl / 3
 	l.mu.Unlock()
@@ -358,36 +395,78 @@ func (l *Lease) keepAlive(ctx context.Context, done chan<- struct{}) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
-		}
-		l.mu.Lock()
-		ttl, deadline := l.ttl, l.deadline
-		l.mu.Unlock()
-
-		start := time.Now()
-		callCtx, cancel := context.WithDeadline(ctx, deadline)
-		ok, err := l.extend(callCtx, ttl)
-		cancel()
-		if ctx.Err() != nil {
-			return // stopped by Unlock; the result no longer matters
-		}
-		switch {
-		case err == nil && ok:
+		case <-r.reset:
 			l.mu.Lock()
-			l.deadline = start.Add(ttl - l.drift)
+			wait = max(min(l.ttl, time.Until(l.deadline))/3, 0)
 			l.mu.Unlock()
-			wait = ttl / 3
-		case err == nil:
-			l.lose(ErrNotHeld)
-			return
-		case !time.Now().Before(deadline) || errors.Is(err, context.DeadlineExceeded):
-			l.lose(err)
-			return
-		default:
-			wait = max(min(ttl/10, time.Until(deadline)/2), time.Millisecond)
+		case <-timer.C:
+			var stop bool
+			if wait, stop = l.renewOnce(ctx, r); stop {
+				return
+			}
 		}
 		timer.Reset(wait)
 	}
+}
+
+// renewOnce makes one renewal for the watchdog, holding r's turn, and returns
+// when the next is due, or stop when the watchdog is done: stopped by
+// Unlock, or the lease is lost.
+func (l *Lease) renewOnce(ctx context.Context, r *renewal) (wait time.Duration, stop bool) {
+	if !l.takeTurn(ctx, r) {
+		return 0, true
+	}
+	defer func() { <-r.turn }()
+	l.mu.Lock()
+	ttl, deadline := l.ttl, l.deadline
+	l.mu.Unlock()
+
+	start := time.Now()
+	callCtx, cancel := context.WithDeadline(ctx, deadline)
+	ok, err := l.extend(callCtx, ttl)
+	cancel()
+	if ctx.Err() != nil {
+		return 0, true // stopped by Unlock; the result no longer matters
+	}
+	switch {
+	case err == nil && ok:
+		l.mu.Lock()
+		l.deadline = start.Add(ttl - l.drift)
+		l.mu.Unlock()
+		return ttl / 3, false
+	case err == nil:
+		l.lose(ErrNotHeld)
+		return 0, true
+	case !time.Now().Before(deadline) || errors.Is(err, context.DeadlineExceeded):
+		l.lose(err)
+		return 0, true
+	}
+	return max(min(ttl/10, time.Until(deadline)/2), time.Millisecond), false
+}
+
+// takeTurn takes r's turn to extend the lease. An Extend in flight holds
+// it and decides the lease, so the watchdog waits for it, but not past
+// the deadline, which only that Extend could still move: then the lease
+// is lost. It reports false if the watchdog is to stop.
+func (l *Lease) takeTurn(ctx context.Context, r *renewal) bool {
+	select {
+	case r.turn <- struct{}{}:
+		return true
+	default:
+	}
+	l.mu.Lock()
+	deadline := l.deadline
+	l.mu.Unlock()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case r.turn <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+		l.lose(context.DeadlineExceeded)
+	}
+	return false
 }
 
 func (l *Lease) lose(reason error) {

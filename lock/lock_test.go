@@ -570,6 +570,56 @@ func TestAutoRenewGivesUpWhenRedisIsUnreachable(t *testing.T) {
 	})
 }
 
+func TestExtendShorterUnderAutoRenewMovesRenewalsToTheNewTTL(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		extends := f.On(redistest.Script(extendScript.Hash()))
+		rdb := b.Client(t, f)
+		c := newClient(t, rdb)
+		name := redistest.Key(t)
+		l, err := c.TryLock(ctx, name, 3*time.Second, AutoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first renewal of the 3 s lease is due a second from now, long
+		// after a 300 ms lease has run out: the watchdog must reschedule.
+		const short = 300 * time.Millisecond
+		extended := time.Now()
+		if err := l.Extend(ctx, short); err != nil {
+			t.Fatal(err)
+		}
+		after := extends.Hits()
+		redistest.WaitFor(t, 10*time.Second, "five renewals or the lease's end", func() bool {
+			return extends.Hits() >= after+5 || l.Context().Err() != nil
+		})
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("the lease ended after Extend(%v): %v", short, context.Cause(l.Context()))
+		}
+		if since := time.Since(extended); since <= short {
+			t.Fatalf("five renewals within %v of Extend(%v): renewing faster than every TTL/3", since, short)
+		}
+		if _, err := newClient(t, rdb).TryLock(ctx, name, time.Minute); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("another owner after the shortened lease's time: %v", err)
+		}
+		if left, err := l.TTL(ctx); err != nil || left > short {
+			t.Fatalf("TTL after renewals at the new ttl: %v %v, want at most %v", left, err, short)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stopped := extends.Hits()
+		if _, err := newClient(t, rdb).TryLock(ctx, name, time.Minute); err != nil {
+			t.Fatalf("after Unlock the lock is not free: %v", err)
+		}
+		if got := extends.Hits(); got != stopped {
+			t.Fatalf("%d renewals ran after Unlock returned", got-stopped)
+		}
+		_ = rdb.Close()
+	})
+}
+
 func TestInvalidArgumentsNeverReachRedis(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
