@@ -115,7 +115,8 @@
 // goroutine: whoever is given it may re-enter, in this process or
 // another. Each hold has an id of its own in the prefix{N}:holds hash, so
 // a resent acquisition adds nothing and a hold released twice is
-// refused, not counted against another. The holds share the lock's lease
+// refused, not counted against another; a released hold can no longer
+// extend the lock or read its lease, though the owner's others can. The holds share the lock's lease
 // and fence.
 //
 // # Fair locks

@@ -250,11 +250,18 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		}
 		return left, nil
 	}
-	args := append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg)
 	s := pttlScript
-	if l.sem != nil || l.reader {
+	var args []any
+	switch {
+	case l.holdsKeyArg != nil:
+		// The hold must still exist too: its owner's other holds may keep
+		// the lock after this one was released.
+		args = append(pttlScript.ArgsRO(2, 4), l.keyArg, l.holdsKeyArg, l.tokenArg, l.holdArg)
+	case l.sem != nil || l.reader:
 		// Not read-only: it reads Redis TIME, which miniredis refuses there.
 		s, args = semTTLScript, append(semTTLScript.Args(1, 2), l.keyArg, l.tokenArg)
+	default:
+		args = append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg)
 	}
 	ms, err := s.Int(ctx, l.c.rdb, args)
 	if err != nil {
@@ -271,7 +278,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 		return l.red.extend(ctx, l, ttl)
 	}
 	if l.holdsKeyArg != nil {
-		res, err := extendScript.Int(ctx, l.c.rdb, append(extendScript.Args(2, 4), l.keyArg, l.holdsKeyArg, l.tokenArg, ttl.Milliseconds()))
+		res, err := extendScript.Int(ctx, l.c.rdb, append(extendScript.Args(2, 5), l.keyArg, l.holdsKeyArg, l.tokenArg, ttl.Milliseconds(), l.holdArg))
 		return res == 1, err
 	}
 	s := extendScript

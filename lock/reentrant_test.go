@@ -146,3 +146,49 @@ func TestAReentrantOwnerWhoseLockExpiredStartsAfresh(t *testing.T) {
 		}
 	})
 }
+
+func TestAReleasedHoldCanNeitherExtendNorReadTheLease(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		name := redistest.Key(t)
+		outer, err := c.TryLock(ctx, name, time.Minute, Reentrant(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := c.TryLock(ctx, name, time.Minute, Reentrant(outer.Token()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inner.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The owner still holds the lock through outer, but inner is over:
+		// it must not stretch the lease the other holds share.
+		if err := inner.Extend(ctx, time.Hour); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Extend of a released hold: %v, want ErrNotHeld", err)
+		}
+		if left, err := inner.TTL(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("TTL of a released hold: %v %v, want ErrNotHeld", left, err)
+		}
+		for _, key := range []string{outer.key, outer.key + holdsSuffix} {
+			if left, err := rdb.PTTL(ctx, key).Result(); err != nil || left > time.Minute {
+				t.Errorf("%s after the released hold's Extend: PTTL %v %v, want at most a minute", key, left, err)
+			}
+		}
+		// The hold still held answers for the lock as before.
+		if err := outer.Extend(ctx, 2*time.Minute); err != nil {
+			t.Fatalf("Extend of the held hold: %v", err)
+		}
+		if left, err := outer.TTL(ctx); err != nil || left <= time.Minute {
+			t.Fatalf("TTL of the held hold after Extend(2m): %v %v", left, err)
+		}
+		if err := outer.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := outer.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Extend after the last hold: %v, want ErrNotHeld", err)
+		}
+	})
+}
