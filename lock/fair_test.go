@@ -506,3 +506,49 @@ func TestAWaiterThatGaveUpWhileBeingPlacedKeepsNoPlace(t *testing.T) {
 		}
 	})
 }
+
+func TestAPlaceTimeoutBelowAMillisecondIsRefusedBeforeItEmptiesTheQueue(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		holder, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute, Fair(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, stopWaiter := context.WithCancel(ctx)
+		waited := make(chan error, 1)
+		go func() {
+			_, err := newClient(t, b.Client(t)).Lock(wctx, name, time.Minute, Fair(0))
+			waited <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the waiter to take its place", func() bool { return queued(t, b, holder) == 1 })
+
+		// Redis counts the timeout in whole milliseconds: 500µs would
+		// reach it as 0, and PEXPIRE queue 0 deletes every waiter's place.
+		f := redistest.NewFaults()
+		c := newClient(t, b.Client(t, f))
+		seen := f.On(redistest.Any())
+		for _, place := range []time.Duration{time.Nanosecond, 500 * time.Microsecond, time.Millisecond - 1} {
+			if _, err := c.TryLock(ctx, name, time.Minute, Fair(place)); !errors.Is(err, ErrInvalid) {
+				t.Errorf("TryLock with Fair(%v): %v, want ErrInvalid", place, err)
+			}
+			if _, err := c.Lock(ctx, name, time.Minute, Fair(place)); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Lock with Fair(%v): %v, want ErrInvalid", place, err)
+			}
+		}
+		if n := seen.Hits(); n != 0 {
+			t.Errorf("%d commands reached Redis for a sub-millisecond place timeout", n)
+		}
+		if n := queued(t, b, holder); n != 1 {
+			t.Fatalf("%d queued after the refused calls, want the waiter's place", n)
+		}
+		stopWaiter()
+		if err := <-waited; !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("the waiter: %v", err)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

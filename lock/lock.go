@@ -144,6 +144,9 @@ func leaseConfig(ctx context.Context, ttl time.Duration, opts []LockOption) (loc
 			o(&lc)
 		}
 	}
+	if lc.err != nil {
+		return lc, lc.err
+	}
 	if err := ctx.Err(); err != nil {
 		return lc, notObtained(err)
 	}

@@ -57,6 +57,7 @@ type lockConfig struct {
 	owner     string // "" with reentrant: a new random owner
 	fair      bool
 	place     time.Duration // with fair: how long a waiter's place lasts unrenewed
+	err       error         // an option's invalid argument, returned before Redis is asked
 }
 
 // AutoRenew keeps the lease alive while the lock is held: a watchdog
@@ -97,6 +98,9 @@ const DefaultPlaceTimeout = 5 * time.Second
 // renews its place while it waits (every placeTimeout/3) and leaves it
 // when it gives up; a waiter that dies keeps it for at most placeTimeout
 // (0: DefaultPlaceTimeout), so it delays the queue by no more than that.
+// Redis counts it in whole milliseconds, so a placeTimeout between 0 and
+// a millisecond fails the acquisition with ErrInvalid: it would reach
+// Redis as 0, which empties the queue.
 // TryLock with Fair takes a free lock only if no one is queued for it.
 //
 // Every acquisition of a lock must be Fair for its order to hold: a plain
@@ -107,8 +111,11 @@ func Fair(placeTimeout time.Duration) LockOption {
 	return func(c *lockConfig) {
 		c.fair = true
 		c.place = placeTimeout
-		if c.place <= 0 {
+		switch {
+		case c.place <= 0:
 			c.place = DefaultPlaceTimeout
+		case c.place < time.Millisecond:
+			c.err = fmt.Errorf("%w: place timeout %v is below a millisecond", ErrInvalid, placeTimeout)
 		}
 	}
 }
