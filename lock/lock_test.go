@@ -579,26 +579,27 @@ func TestExtendShorterUnderAutoRenewMovesRenewalsToTheNewTTL(t *testing.T) {
 		rdb := b.Client(t, f)
 		c := newClient(t, rdb)
 		name := redistest.Key(t)
-		l, err := c.TryLock(ctx, name, 3*time.Second, AutoRenew())
+		l, err := c.TryLock(ctx, name, 6*time.Second, AutoRenew())
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The first renewal of the 3 s lease is due a second from now, long
-		// after a 300 ms lease has run out: the watchdog must reschedule.
-		const short = 300 * time.Millisecond
+		// The first renewal of the 6 s lease is due two seconds from now,
+		// long after a 900 ms lease has run out: the watchdog must
+		// reschedule.
+		const short = 900 * time.Millisecond
 		extended := time.Now()
 		if err := l.Extend(ctx, short); err != nil {
 			t.Fatal(err)
 		}
 		after := extends.Hits()
-		redistest.WaitFor(t, 10*time.Second, "five renewals or the lease's end", func() bool {
-			return extends.Hits() >= after+5 || l.Context().Err() != nil
+		redistest.WaitFor(t, 10*time.Second, "four renewals or the lease's end", func() bool {
+			return extends.Hits() >= after+4 || l.Context().Err() != nil
 		})
 		if err := l.Context().Err(); err != nil {
 			t.Fatalf("the lease ended after Extend(%v): %v", short, context.Cause(l.Context()))
 		}
 		if since := time.Since(extended); since <= short {
-			t.Fatalf("five renewals within %v of Extend(%v): renewing faster than every TTL/3", since, short)
+			t.Fatalf("four renewals within %v of Extend(%v): renewing faster than every TTL/3", since, short)
 		}
 		if _, err := newClient(t, rdb).TryLock(ctx, name, time.Minute); !errors.Is(err, ErrNotObtained) {
 			t.Fatalf("another owner after the shortened lease's time: %v", err)
