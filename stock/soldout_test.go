@@ -149,7 +149,8 @@ func TestARefusalThatArrivesAfterACancelOnTheSameCounterDoesNotHideTheReturnedUn
 // a test can wait out.
 const shortHold = 300 * time.Millisecond
 
-// waitPast waits until Redis's clock is past deadline.
+// waitPast waits until Redis's clock is past deadline (a hold's, or a
+// time after it: a deadline set before a moment cannot pass hold after it).
 func waitPast(t *testing.T, rdb redis.UniversalClient, deadline time.Time) {
 	t.Helper()
 	redistest.WaitFor(t, 5*time.Second, "Redis's clock to pass the deadline", func() bool {
