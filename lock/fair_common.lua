@@ -36,7 +36,13 @@ local function hold_place(queue, places, token, now, timeout)
     redis.call('ZADD', queue, (tonumber(last) or 0) + 1, token)
   end
   redis.call('ZADD', places, now + timeout, token)
-  -- The queue lives while anyone keeps a place in it.
-  redis.call('PEXPIRE', queue, 2 * timeout)
-  redis.call('PEXPIRE', places, 2 * timeout)
+  -- The queue lives while anyone keeps a place in it: its expiry only
+  -- moves later, or a waiter with a short place timeout would cut short
+  -- the places of those with long ones. (A key without one, -1, or just
+  -- created, gets one.)
+  for _, k in ipairs({queue, places}) do
+    if redis.call('PTTL', k) < 2 * timeout then
+      redis.call('PEXPIRE', k, 2 * timeout)
+    end
+  end
 end

@@ -552,3 +552,41 @@ func TestAPlaceTimeoutBelowAMillisecondIsRefusedBeforeItEmptiesTheQueue(t *testi
 		}
 	})
 }
+
+// A waiter with a short place timeout must not shorten the queue's life
+// below what the waiters with long ones need: when it dies, they would
+// lose their places with it.
+func TestAShortPlaceTimeoutDoesNotCutTheQueueShort(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		name := redistest.Key(t)
+		holder, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute, Fair(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiters := make(chan error, 2)
+		wctx, stop := context.WithCancel(ctx)
+		for i, place := range []time.Duration{time.Minute, 5 * time.Millisecond} {
+			go func() {
+				_, err := newClient(t, b.Client(t)).Lock(wctx, name, time.Minute, Fair(place))
+				waiters <- err
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the waiter to take its place", func() bool { return queued(t, b, holder) == int64(i+1) })
+		}
+		for _, k := range []string{holder.key + queueSuffix, holder.key + placesSuffix} {
+			if ttl := b.Client(t).PTTL(ctx, k).Val(); ttl < time.Minute {
+				t.Errorf("%s expires in %v, want at least the minute-long place's", k, ttl)
+			}
+		}
+		stop()
+		for range 2 {
+			if err := <-waiters; !errors.Is(err, ErrNotObtained) {
+				t.Fatalf("a waiter: %v", err)
+			}
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
