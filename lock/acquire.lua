@@ -12,11 +12,17 @@
 --          hold ids, one per acquisition not yet released; it expires with
 --          the lock
 -- ARGV[4]  (reentrant acquisitions only) this acquisition's hold id
+-- ARGV[5]  (reentrant acquisitions only) "1" to re-enter only: add a hold
+--          if the owner holds the lock already, and otherwise leave the
+--          lock alone, even if it is free (a waiter that joins its
+--          Client's queue behind others must not take a free lock before
+--          them); else "0"
 --
 -- Reply: one integer, to keep the hot path free of tables. A positive reply
 -- is the fence: the lock is obtained. A reply r <= -1 means another owner
 -- holds it with -r-2 milliseconds of lease left (-1: the key has no TTL, so
--- it is not a lock of ours; -2: it expired during the call, try again). A
+-- it is not a lock of ours; -2: it expired during the call, or is free and
+-- ARGV[5] asked to re-enter only; try again). A
 -- repeated call with the same owner token is answered like the first, so a
 -- resent command is harmless.
 --
@@ -24,7 +30,15 @@
 -- moment at which the lock exists without a TTL. With GET it also returns
 -- the current holder's value when the key exists, which saves a read.
 
-local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+local holder
+if ARGV[5] == '1' then
+  holder = redis.call('GET', KEYS[1])
+  if not holder then
+    return -2
+  end
+else
+  holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+end
 local fence
 if not holder then
   fence = new_fence(KEYS[2])

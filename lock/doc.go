@@ -55,12 +55,13 @@
 // share one subscription (one pub/sub connection serves every lock a Client
 // waits for). Only the head of the queue talks to Redis, so a thousand
 // goroutines arriving at once send one attempt, and they get the lock in
-// arrival order among themselves. When a lock released by this Client sent
-// no message, the Client wakes its own head directly. If pub/sub is
-// unavailable, waiters retry with a jittered exponential backoff between
-// 5 ms and 250 ms, capped by the holder's remaining lease. Waiters of
-// different processes are not ordered; the lock is not fair across
-// processes.
+// arrival order among themselves (a reentrant owner that holds the lock
+// already is not made to queue: see Reentrant locks). When a lock released
+// by this Client sent no message, the Client wakes its own head directly.
+// If pub/sub is unavailable, waiters retry with a jittered exponential
+// backoff between 5 ms and 250 ms, capped by the holder's remaining lease.
+// Waiters of different processes are not ordered; the lock is not fair
+// across processes.
 //
 // # Fencing tokens
 //
@@ -116,8 +117,12 @@
 // another. Each hold has an id of its own in the prefix{N}:holds hash, so
 // a resent acquisition adds nothing and a hold released twice is
 // refused, not counted against another; a released hold can no longer
-// extend the lock or read its lease, though the owner's others can. The holds share the lock's lease
-// and fence.
+// extend the lock or read its lease, though the owner's others can. The
+// holds share the lock's lease and fence. Lock with a named owner that
+// finds other goroutines of its Client queued for the lock first asks
+// Redis whether the owner holds it, and only re-enters (a free lock stays
+// with those queued before it): the queue's waiters wait for the owner's
+// release, so the owner must not wait behind them.
 //
 // # Fair locks
 //
@@ -233,6 +238,7 @@
 // same rate.
 //
 // A Client and a Lease are safe for concurrent use. A Lease is owned by its
-// token, not by a goroutine. The lock is not reentrant: Lock on a name the
-// same process already holds waits for that lease to end.
+// token, not by a goroutine. Without Reentrant the lock is not reentrant:
+// Lock on a name the same process already holds waits for that lease to
+// end.
 package lock

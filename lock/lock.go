@@ -83,25 +83,27 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 // newLease validates an acquisition and prepares its lease; attempt makes
 // it real. Everything a script call needs is built once here, so that
 // acquiring and releasing allocate as little as possible. A context that
-// has already ended fails it with ErrNotObtained.
-func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, opts []LockOption) (*Lease, error) {
+// has already ended fails it with ErrNotObtained. It also reports whether
+// the acquisition is a reentrant one by a named owner, which may hold the
+// lock already (a new owner cannot).
+func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, opts []LockOption) (l *Lease, named bool, err error) {
 	if err := hashtag.CheckName(name); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, false, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	lc, err := leaseConfig(ctx, ttl, opts)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if lc.reentrant && strings.Contains(lc.owner, "+") {
-		return nil, fmt.Errorf("%w: owner %q contains '+'", ErrInvalid, lc.owner)
+		return nil, false, fmt.Errorf("%w: owner %q contains '+'", ErrInvalid, lc.owner)
 	}
 	if lc.reentrant && lc.fair {
-		return nil, fmt.Errorf("%w: a lock cannot be both Fair and Reentrant", ErrInvalid)
+		return nil, false, fmt.Errorf("%w: a lock cannot be both Fair and Reentrant", ErrInvalid)
 	}
 	token := lc.owner
 	if token == "" {
 		if token, err = newToken(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	// One string holds both keys: the lock key is a prefix of the fence key.
@@ -111,17 +113,17 @@ func (c *Client) newLease(ctx context.Context, name string, ttl time.Duration, o
 	if lc.reentrant {
 		id, err := newToken()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		holdsKey, hold = key+holdsSuffix, id
 	}
-	l := baseLease(ctx, token, ttl, lc)
+	l = baseLease(ctx, token, ttl, lc)
 	l.c, l.name, l.key, l.keyArg, l.fenceKeyArg = c, name, key, key, fenceKey
 	l.holdsKeyArg, l.holdArg, l.place = holdsKey, hold, lc.place
 	if lc.fair {
 		l.queueKeyArg, l.placesKeyArg, l.placeArg = key+queueSuffix, key+placesSuffix, lc.place.Milliseconds()
 	}
-	return l, nil
+	return l, lc.reentrant && lc.owner != "", nil
 }
 
 // baseLease returns a Lease with what every kind of lease shares: the
@@ -186,7 +188,7 @@ func notObtained(err error) error { return errors.Join(ErrNotObtained, err) }
 // The lease starts when Redis runs the attempt and lasts ttl (at least
 // MinTTL) unless renewed; see AutoRenew and Lease.Extend.
 func (c *Client) TryLock(ctx context.Context, name string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
-	l, err := c.newLease(ctx, name, ttl, opts)
+	l, _, err := c.newLease(ctx, name, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -216,13 +218,16 @@ func (c *Client) try(ctx context.Context, l *Lease) (*Lease, error) {
 // them talks to Redis: a thousand of them arriving at once send one
 // attempt. If pub/sub is unavailable, waiters fall back to retrying with a
 // jittered exponential backoff.
+//
+// With Reentrant, an owner that holds the lock gets it at once, even while
+// other goroutines of the Client queue for it.
 func (c *Client) Lock(ctx context.Context, name string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
-	l, err := c.newLease(ctx, name, ttl, opts)
+	l, named, err := c.newLease(ctx, name, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
 	l.queueing = l.queueKeyArg != nil
-	got, err := c.wait(ctx, l)
+	got, err := c.wait(ctx, l, named)
 	if err != nil && l.queueing {
 		c.leaveQueue(ctx, l)
 	}
@@ -242,9 +247,25 @@ func (c *Client) leaveQueue(ctx context.Context, l *Lease) {
 // holds the lock, and if not the holder's remaining lease. flag asks the
 // holder's release to publish a message.
 func (c *Client) attempt(ctx context.Context, l *Lease, flag bool) (bool, time.Duration, error) {
-	flagArg := "0"
+	return c.acquire(ctx, l, flag, false)
+}
+
+// reenter makes one attempt for the reentrant l that succeeds only if l's
+// owner holds the lock already, adding a hold; a free lock is left to the
+// waiters queued before l. It reports whether l now holds the lock.
+func (c *Client) reenter(ctx context.Context, l *Lease) (bool, error) {
+	ok, _, err := c.acquire(ctx, l, false, true)
+	return ok, err
+}
+
+// acquire is attempt, or with only (reentrant leases) reenter.
+func (c *Client) acquire(ctx context.Context, l *Lease, flag, only bool) (bool, time.Duration, error) {
+	flagArg, onlyArg := "0", "0"
 	if flag {
 		flagArg = "1"
+	}
+	if only {
+		onlyArg = "1"
 	}
 	start := time.Now()
 	var res int64
@@ -267,7 +288,7 @@ func (c *Client) attempt(ctx context.Context, l *Lease, flag bool) (bool, time.D
 	} else {
 		var args []any
 		if l.holdsKeyArg != nil {
-			args = append(acquireScript.Args(3, 7), l.keyArg, l.fenceKeyArg, l.holdsKeyArg, l.tokenArg, l.ttlArg, flagArg, l.holdArg)
+			args = append(acquireScript.Args(3, 8), l.keyArg, l.fenceKeyArg, l.holdsKeyArg, l.tokenArg, l.ttlArg, flagArg, l.holdArg, onlyArg)
 		} else {
 			args = append(acquireScript.Args(2, 5), l.keyArg, l.fenceKeyArg, l.tokenArg, l.ttlArg, flagArg)
 		}

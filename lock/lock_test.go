@@ -757,7 +757,7 @@ func TestRepeatedAcquireWithTheSameTokenIsIdempotent(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		c := newClient(t, b.Client(t))
-		l, err := c.newLease(ctx, redistest.Key(t), time.Minute, nil)
+		l, _, err := c.newLease(ctx, redistest.Key(t), time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -801,7 +801,7 @@ func TestReleasePublishesOnlyWhenAWaiterAsked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := c.newLease(ctx, name, time.Minute, nil)
+		other, _, err := c.newLease(ctx, name, time.Minute, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

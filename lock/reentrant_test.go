@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,6 +190,117 @@ func TestAReleasedHoldCanNeitherExtendNorReadTheLease(t *testing.T) {
 		}
 		if err := outer.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("Extend after the last hold: %v, want ErrNotHeld", err)
+		}
+	})
+}
+
+func TestAReentrantOwnerReentersAtOnceWhileAnotherWaiterOfItsClientQueues(t *testing.T) {
+	// The waiter waits for the owner's release; were the owner queued
+	// behind it, each would wait for the other for ever.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newClient(t, b.Client(t))
+		name := redistest.Key(t)
+		outer, err := c.Lock(ctx, name, time.Minute, Reentrant(""), AutoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := lockAndUnlock(c, name)
+		observer := b.Client(t)
+		redistest.WaitFor(t, 10*time.Second, "the other waiter to queue and flag the holder", func() bool {
+			v, _ := observer.Get(ctx, outer.key).Result()
+			return v == outer.Token()+"+" && localWaiters(c, outer) == 1
+		})
+
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		inner, err := c.Lock(rctx, name, time.Minute, Reentrant(outer.Token()))
+		if err != nil {
+			t.Fatalf("re-entry by the owner holding the lock: %v", err)
+		}
+		if inner.Fence() != outer.Fence() {
+			t.Fatalf("re-entry fence %d, want the outer hold's %d", inner.Fence(), outer.Fence())
+		}
+		if n := localWaiters(c, outer); n != 1 {
+			t.Fatalf("%d local waiters after the re-entry, want the other waiter alone", n)
+		}
+
+		// The other waiter gets the lock once both holds are released.
+		if err := inner.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("the other waiter got through with a hold left: %v", err)
+		default:
+		}
+		if err := outer.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("the other waiter after the last hold: %v", err)
+		}
+	})
+}
+
+func TestAReentrantOwnerThatDoesNotHoldTheLockWaitsItsTurn(t *testing.T) {
+	// The owner asks whether it holds the lock just as the lock is freed
+	// for the waiter before it: it must not take the free lock first.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		faults := redistest.NewFaults()
+		c := newClient(t, b.Client(t, faults))
+		name := redistest.Key(t)
+		held, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		lockAs := func(who string, opts ...LockOption) <-chan error {
+			got := make(chan error, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				l, err := c.Lock(wctx, name, time.Minute, opts...)
+				if err == nil {
+					mu.Lock()
+					order = append(order, who)
+					mu.Unlock()
+					err = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			return got
+		}
+		first := lockAs("first")
+		observer := b.Client(t)
+		redistest.WaitFor(t, 10*time.Second, "the first waiter to flag the holder", func() bool {
+			v, _ := observer.Get(ctx, held.key).Result()
+			return v == held.Token()+"+"
+		})
+
+		// The first waiter's attempt after the release is held; meanwhile
+		// the owner arrives and asks.
+		hold := faults.On(redistest.Script(acquireScript.Hash())).Hold().Times(1)
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		redistest.WaitFor(t, 10*time.Second, "the first waiter's attempt after the release", func() bool { return hold.Hits() == 1 })
+		owner := lockAs("owner", Reentrant("an-owner"))
+		redistest.WaitFor(t, 10*time.Second, "the owner to ask and queue", func() bool {
+			return hold.Hits() == 2 && localWaiters(c, held) == 2
+		})
+		hold.Release()
+		for _, got := range []<-chan error{first, owner} {
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(order) != 2 || order[0] != "first" {
+			t.Fatalf("acquisition order %v, want the first waiter before the owner", order)
 		}
 	})
 }

@@ -70,7 +70,7 @@ func (rw *RWLock) RLock(ctx context.Context, ttl time.Duration, opts ...LockOpti
 	if err != nil {
 		return nil, err
 	}
-	return rw.c.wait(ctx, l)
+	return rw.c.wait(ctx, l, false)
 }
 
 // TryLock makes one attempt to take the write side for ttl. It returns
@@ -88,7 +88,7 @@ func (rw *RWLock) Lock(ctx context.Context, ttl time.Duration, opts ...LockOptio
 		return nil, err
 	}
 	l.waits = true
-	return rw.c.wait(ctx, l)
+	return rw.c.wait(ctx, l, false)
 }
 
 func (rw *RWLock) try(ctx context.Context, ttl time.Duration, opts []LockOption, reader bool) (*Lease, error) {

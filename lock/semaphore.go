@@ -85,7 +85,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...Lock
 	if err != nil {
 		return nil, err
 	}
-	return s.c.wait(ctx, l)
+	return s.c.wait(ctx, l, false)
 }
 
 // SetLimit changes the number of permits for every process, at once.

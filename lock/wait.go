@@ -24,7 +24,9 @@ import (
 // needs no message), or by a timer set to the holder's remaining lease,
 // whichever comes first. When the head obtains the lock, the next waiter
 // becomes the head and waits for that lock's release; when the head gives
-// up, the next one tries at once.
+// up, the next one tries at once. The one exception to "only the head":
+// a reentrant owner named by its caller, queued behind others, asks once
+// whether it holds the lock already (see wait).
 
 // Bounds of the jittered backoff used when pub/sub is unavailable and as a
 // cap when the holder's lease is unknown.
@@ -93,9 +95,29 @@ type subscription struct {
 // wait queues the caller behind this Client's other waiters for the lock
 // and returns when it holds the lock, when an attempt fails, or when ctx
 // ends.
-func (c *Client) wait(ctx context.Context, l *Lease) (*Lease, error) {
+//
+// named says that l is a reentrant acquisition by an owner that may hold
+// the lock already. Queued behind others, it would wait for them while
+// they wait for its own release, so it first asks whether it holds the
+// lock; it asks while queued, so that it cannot fall behind a waiter that
+// arrives meanwhile, and only re-enters, so that a free lock stays with
+// the waiters queued before it.
+func (c *Client) wait(ctx context.Context, l *Lease, named bool) (*Lease, error) {
 	w := &waiter{wake: make(chan struct{}, 1), token: l.token, lease: l}
-	q := c.enqueue(l.key, w)
+	q, head := c.enqueue(l.key, w)
+	if named && !head {
+		ok, err := c.reenter(ctx, l)
+		if err != nil {
+			c.quit(q, w)
+			return nil, err
+		}
+		if ok {
+			// It may have become the head meanwhile: the next waiter then
+			// waits for this owner's release.
+			c.leave(q, w, promotion{bound: l.ttl})
+			return l, nil
+		}
+	}
 
 	backoff := time.Duration(0)
 	for {
@@ -231,8 +253,9 @@ func nextBackoff(prev time.Duration) time.Duration {
 }
 
 // enqueue adds w to the queue for key, creating the queue if w is the
-// first waiter (and the head, who tries at once).
-func (c *Client) enqueue(key string, w *waiter) *queue {
+// first waiter (and the head, who tries at once), and reports whether w is
+// the head.
+func (c *Client) enqueue(key string, w *waiter) (*queue, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.queues[key]
@@ -245,7 +268,7 @@ func (c *Client) enqueue(key string, w *waiter) *queue {
 	if len(q.waiters) == 1 {
 		w.head, w.attemptNow = true, true
 	}
-	return q
+	return q, w.head
 }
 
 // subscribe asks for release messages on q's channel, over the Client's
