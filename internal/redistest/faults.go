@@ -66,11 +66,11 @@ func Script(sha string) Match {
 // Any matches every command.
 func Any() Match { return func(redis.Cmder) bool { return true } }
 
-// Rule is what happens to the commands one Match selects. A rule without
-// Fail, Delay or Hold only counts.
+// Rule is what happens to the commands one Match selects (or, made with
+// OnDial, to the dials). A rule without Fail, Delay or Hold only counts.
 type Rule struct {
 	f     *Faults
-	match Match
+	match Match // nil for a rule on dials
 	err   error
 	lost  error // like err, but the command runs first: its reply is lost
 	delay time.Duration
@@ -82,6 +82,20 @@ type Rule struct {
 // On adds a rule for the commands m selects and returns it for configuring.
 func (f *Faults) On(m Match) *Rule {
 	r := &Rule{f: f, match: m, times: -1}
+	f.mu.Lock()
+	f.rules = append(f.rules, r)
+	f.mu.Unlock()
+	return r
+}
+
+// OnDial adds a rule for the client's dials instead of its commands, and
+// returns it for configuring: Fail, Delay and Hold then apply to opening a
+// connection, a command's or a pub/sub one (on a cluster, to every node's),
+// as a slow or unreachable network would; LoseReply does not apply. The
+// dials of Backend.Client itself (its PING) come before any rule can be
+// added.
+func (f *Faults) OnDial() *Rule {
+	r := &Rule{f: f, times: -1}
 	f.mu.Lock()
 	f.rules = append(f.rules, r)
 	f.mu.Unlock()
@@ -160,12 +174,17 @@ type action struct {
 	hold  chan struct{}
 }
 
+// actionFor returns what happens to cmd, or with a nil cmd to a dial.
 func (f *Faults) actionFor(cmd redis.Cmder) action {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var a action
 	for _, r := range f.rules {
-		if !r.match(cmd) {
+		if cmd == nil {
+			if r.match != nil {
+				continue
+			}
+		} else if r.match == nil || !r.match(cmd) {
 			continue
 		}
 		r.hits++
@@ -209,11 +228,25 @@ func (a action) apply(ctx context.Context) error {
 	return a.err
 }
 
-// DialHook implements redis.Hook; dials pass through.
+// DialHook implements redis.Hook: the OnDial rules apply.
 func (f *Faults) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if err := f.actionFor(nil).apply(ctx); err != nil {
+			return nil, err
+		}
 		return next(ctx, network, addr)
 	}
+}
+
+// dialOnly is the dial part of a hook: a cluster client dials through its
+// node clients, which get it, and nothing else, so that their commands are
+// not seen twice.
+type dialOnly struct{ redis.Hook }
+
+func (h dialOnly) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h dialOnly) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // ProcessHook implements redis.Hook.

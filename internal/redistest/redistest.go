@@ -154,7 +154,15 @@ func (b *Backend) Client(t testing.TB, hooks ...redis.Hook) redis.UniversalClien
 	t.Helper()
 	var rdb redis.UniversalClient
 	if b.IsCluster() {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.addr, ReadTimeout: readTimeout})
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: b.addr, ReadTimeout: readTimeout})
+		// The cluster client's own dial hook is never called: its node
+		// clients open the connections.
+		cc.OnNewNode(func(node *redis.Client) {
+			for _, h := range hooks {
+				node.AddHook(dialOnly{h})
+			}
+		})
+		rdb = cc
 	} else {
 		rdb = redis.NewClient(&redis.Options{Addr: b.addr[0], ReadTimeout: readTimeout})
 	}
