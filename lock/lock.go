@@ -54,18 +54,14 @@ type Client struct {
 	rdb    RedisClient
 	prefix string
 
-	// mu guards the in-process wait queues and the subscription pointer.
+	// mu guards the in-process wait queues and the subscription (which
+	// one, and its bookkeeping). It is never held across a network call.
 	mu     sync.Mutex
 	queues map[string]*queue // by lock key
 	sub    *subscription
 	// nqueues is len(queues), readable without mu so that uncontended
 	// acquisitions and releases never touch the shared mutex.
 	nqueues atomic.Int32
-
-	// subMu orders the SUBSCRIBE, UNSUBSCRIBE and close calls on the
-	// subscription in the order they were decided under mu. It is taken
-	// while mu is held and kept after mu is released.
-	subMu sync.Mutex
 }
 
 // New returns a Client that keeps its locks in rdb.

@@ -972,3 +972,93 @@ func TestGuardEndsWithTheLeaseOrTheContext(t *testing.T) {
 		}
 	})
 }
+
+// splitClient runs commands on one client and subscribes on another, so
+// that a test can slow down the dials of the subscription alone.
+type splitClient struct {
+	RedisClient
+	subs RedisClient
+}
+
+func (s splitClient) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return s.subs.Subscribe(ctx, channels...)
+}
+
+// within runs f and fails the test if it has not returned after limit.
+func within(t *testing.T, limit time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		t.Fatalf("%s: still blocked after %v", what, limit)
+	}
+}
+
+func TestASlowSubscribeHoldsNoOtherCallerOfTheClientPastItsContext(t *testing.T) {
+	// One waiter's SUBSCRIBE cannot dial (a slow or partitioned network).
+	// Another waiter, for another lock, must still give up when its
+	// context ends, and an Unlock on the Client (which wakes local
+	// waiters) must still return; once the network is back, the first
+	// waiter misses no release.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		ctx := context.Background()
+		faults := redistest.NewFaults()
+		subs, cmds, others := b.Client(t, faults), b.Client(t), b.Client(t)
+		dials := faults.OnDial().Hold()
+		defer dials.Release()
+		c := newClient(t, splitClient{cmds, subs})
+		other := newClient(t, others)
+		n1, n2 := redistest.Key(t), redistest.Key(t)
+		var held []*Lease
+		for _, name := range []string{n1, n2} {
+			l, err := other.TryLock(ctx, name, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, l)
+		}
+
+		first := lockAndUnlock(c, n1)
+		redistest.WaitFor(t, 10*time.Second, "the subscription to dial", func() bool { return dials.Hits() > 0 })
+
+		within(t, 10*time.Second, "a waiter whose context ended", func() {
+			short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			_, err := c.Lock(short, n2, time.Minute)
+			if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("got %v, want ErrNotObtained joined with context.DeadlineExceeded", err)
+			}
+		})
+		within(t, 10*time.Second, "an Unlock on the Client", func() {
+			l, err := c.TryLock(ctx, redistest.Key(t), time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+
+		dials.Release()
+		for _, l := range held {
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-first; err != nil {
+			t.Fatalf("the waiter whose SUBSCRIBE was slow: %v", err)
+		}
+		for _, rdb := range []redis.UniversalClient{subs, cmds, others} {
+			_ = rdb.Close()
+		}
+	})
+}

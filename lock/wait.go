@@ -39,8 +39,10 @@ type queue struct {
 	channel string
 	waiters []*waiter // waiters[0] is the head
 
-	subscribed  bool          // SUBSCRIBE was sent for this queue
-	confirmed   chan struct{} // closed once the subscription is confirmed
+	subscribed bool // SUBSCRIBE was decided for this queue (see send)
+	// confirmed is closed once the subscription is confirmed, or once
+	// subscribing failed (subErr): the head stops waiting for it either way.
+	confirmed   chan struct{}
 	isConfirmed bool
 	subErr      error // set while subscribing has failed: poll with backoff
 
@@ -85,11 +87,35 @@ func (w *waiter) signal() {
 }
 
 // subscription is the one pub/sub connection of a Client, alive while any
-// of its queues exists.
+// of its queues is subscribed.
+//
+// Its SUBSCRIBE and UNSUBSCRIBE calls are network calls that a slow dial
+// or network can hold up for seconds. They are decided under Client.mu,
+// which orders them, but made by a goroutine of the subscription's own
+// (send), in that order: no caller waits for one, so none holds
+// Client.mu, or outstays its context, because of another's call.
 type subscription struct {
 	ps      *redis.PubSub
-	stop    chan struct{}  // closed before ps is closed
-	pending map[string]int // SUBSCRIBE replies still to come, by channel
+	ctx     context.Context    // ends when the subscription is stopped
+	stop    context.CancelFunc // under Client.mu, when no queue is subscribed
+	pending map[string]int     // SUBSCRIBE replies still to come, by channel
+	ops     []subOp            // calls decided but not yet made; under Client.mu
+	more    chan struct{}      // capacity 1: ops were added
+}
+
+// subOp is a SUBSCRIBE for queue q, or with a nil q an UNSUBSCRIBE.
+type subOp struct {
+	q       *queue
+	channel string
+}
+
+// add hands op to send. Called with Client.mu held.
+func (sub *subscription) add(op subOp) {
+	sub.ops = append(sub.ops, op)
+	select {
+	case sub.more <- struct{}{}:
+	default:
+	}
 }
 
 // wait queues the caller behind this Client's other waiters for the lock
@@ -272,40 +298,79 @@ func (c *Client) enqueue(key string, w *waiter) (*queue, bool) {
 }
 
 // subscribe asks for release messages on q's channel, over the Client's
-// subscription (created if this is its first channel). Confirmation comes
-// through read and closes q.confirmed.
+// subscription (created if this is its first channel). It does not wait
+// for the SUBSCRIBE: confirmation comes through read and closes
+// q.confirmed, which the head waits for, as long as its context allows.
 func (c *Client) subscribe(ctx context.Context, q *queue) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if q.subscribed {
-		c.mu.Unlock()
 		return
 	}
 	q.subscribed = true
 	sub := c.sub
-	fresh := sub == nil
-	if fresh {
+	if sub == nil {
+		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		sub = &subscription{
-			ps:      c.rdb.Subscribe(context.WithoutCancel(ctx)),
-			stop:    make(chan struct{}),
+			ps:      c.rdb.Subscribe(sctx),
+			ctx:     sctx,
+			stop:    stop,
 			pending: make(map[string]int),
+			more:    make(chan struct{}, 1),
 		}
 		c.sub = sub
+		go c.read(sub)
+		go c.send(sub)
 	}
 	sub.pending[q.channel]++
-	c.subMu.Lock() // keeps this SUBSCRIBE in order with other decisions
-	c.mu.Unlock()
-	if fresh {
-		go c.read(sub)
-	}
-	err := sub.ps.Subscribe(ctx, q.channel)
-	c.subMu.Unlock()
-	if err != nil {
-		c.mu.Lock()
-		q.subErr = err
-		if sub.pending[q.channel] > 0 {
-			sub.pending[q.channel]--
+	sub.add(subOp{q: q, channel: q.channel})
+}
+
+// send makes sub's SUBSCRIBE and UNSUBSCRIBE calls in the order they were
+// decided, and closes sub once it is stopped. A SUBSCRIBE still under way
+// then ends with sub's context.
+func (c *Client) send(sub *subscription) {
+	defer sub.ps.Close()
+	for {
+		select {
+		case <-sub.ctx.Done():
+			return
+		case <-sub.more:
 		}
+		c.mu.Lock()
+		ops := sub.ops
+		sub.ops = nil
 		c.mu.Unlock()
+		for _, op := range ops {
+			if sub.ctx.Err() != nil {
+				return
+			}
+			if op.q == nil {
+				ctx, cancel := context.WithTimeout(sub.ctx, time.Second)
+				_ = sub.ps.Unsubscribe(ctx, op.channel)
+				cancel()
+			} else if err := sub.ps.Subscribe(sub.ctx, op.channel); err != nil {
+				c.subscribeFailed(sub, op.q, err)
+			}
+		}
+	}
+}
+
+// subscribeFailed records that q's SUBSCRIBE failed: its head polls with
+// backoff instead of waiting for the confirmation, until go-redis
+// resubscribes on a reconnect (see confirm).
+func (c *Client) subscribeFailed(sub *subscription, q *queue, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := sub.pending[q.channel]; n > 1 {
+		sub.pending[q.channel] = n - 1
+	} else {
+		delete(sub.pending, q.channel)
+	}
+	q.subErr = err
+	if !q.isConfirmed {
+		q.isConfirmed = true
+		close(q.confirmed)
 	}
 }
 
@@ -451,23 +516,15 @@ func (c *Client) leave(q *queue, w *waiter, p promotion) {
 			break
 		}
 	}
-	if last {
+	switch {
+	case sub == nil:
+	case last:
 		c.sub = nil
+		sub.stop()
+	default:
+		sub.add(subOp{channel: q.channel})
 	}
-	c.subMu.Lock()
 	c.mu.Unlock()
-	defer c.subMu.Unlock()
-	if sub == nil {
-		return
-	}
-	if last {
-		close(sub.stop)
-		_ = sub.ps.Close()
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = sub.ps.Unsubscribe(ctx, q.channel)
 }
 
 // wakeLocal wakes the head of this Client's queue for key, if any: the
@@ -484,8 +541,9 @@ func (c *Client) wakeLocal(key string, published bool) {
 	}
 	// A published release reaches the head through the subscription at the
 	// same time as other processes' waiters; waking it here would give it a
-	// head start. Without a working subscription, wake it here.
-	if published && q.subscribed && q.subErr == nil {
+	// head start. Without a working subscription (one not yet confirmed may
+	// miss the message), wake it here.
+	if published && q.isConfirmed && q.subErr == nil {
 		return
 	}
 	q.wakeHead()
@@ -498,7 +556,7 @@ func (c *Client) read(sub *subscription) {
 		msg, err := sub.ps.Receive(context.Background())
 		if err != nil {
 			select {
-			case <-sub.stop:
+			case <-sub.ctx.Done():
 				return
 			default:
 			}
@@ -507,7 +565,7 @@ func (c *Client) read(sub *subscription) {
 			backoff = nextBackoff(backoff)
 			t := time.NewTimer(jitter(backoff))
 			select {
-			case <-sub.stop:
+			case <-sub.ctx.Done():
 				t.Stop()
 				return
 			case <-t.C:
