@@ -4,11 +4,48 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/surgekit/surge/internal/coalesce"
 	"github.com/surgekit/surge/internal/redistest"
 )
+
+// flight is maxInFlight calls whose script calls fillFlight paused at the
+// client, so that the calls after them queue.
+type flight struct {
+	calls *redistest.Rule   // counts the script's calls from the start
+	held  []*redistest.Rule // one per paused call
+}
+
+// fillFlight starts maxInFlight calls of call and pauses their script
+// (sha) calls. Every rule that matches a call spends one of its Times, so
+// each pausing rule is added only once the call before it is paused.
+func fillFlight(t *testing.T, faults *redistest.Faults, sha string, call func(i int)) *flight {
+	t.Helper()
+	fl := &flight{calls: faults.On(redistest.Script(sha))}
+	for i := range maxInFlight {
+		h := faults.On(redistest.Script(sha)).Hold().Times(1)
+		t.Cleanup(h.Release)
+		fl.held = append(fl.held, h)
+		go call(i)
+		redistest.WaitFor(t, 10*time.Second, "a call to be in flight", func() bool { return h.Hits() == 1 })
+	}
+	return fl
+}
+
+// land lets the paused calls go one at a time. Before the next goes, the
+// calls queued on b have left in one batch: two landing together would
+// each hand the queue a sender, and the queue could split between them.
+func land(t *testing.T, fl *flight, b *coalesce.Batcher[string, answer]) {
+	t.Helper()
+	for _, h := range fl.held {
+		h.Release()
+		redistest.WaitFor(t, 10*time.Second, "the queued calls to be sent", func() bool { return b.Queued() == 0 })
+	}
+}
 
 func TestConcurrentAddsShareScriptCalls(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -19,16 +56,11 @@ func TestConcurrentAddsShareScriptCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		calls := faults.On(redistest.Script(addFixedScript.Hash()))
-		held := faults.On(redistest.Script(addFixedScript.Hash())).Hold().Times(maxInFlight)
-		t.Cleanup(held.Release)
 		first := make(chan error, maxInFlight)
-		for i := range maxInFlight {
-			go func() {
-				_, err := f.Add(ctx, fmt.Sprint("first-", i))
-				first <- err
-			}()
-		}
-		redistest.WaitFor(t, 10*time.Second, "the first adds to be in flight", func() bool { return held.Hits() == maxInFlight })
+		held := fillFlight(t, faults, addFixedScript.Hash(), func(i int) {
+			_, err := f.Add(ctx, fmt.Sprint("first-", i))
+			first <- err
+		})
 
 		// Ten Adds queue behind them, five of one item: in one script
 		// call, decided one after the other, exactly one of the five is new.
@@ -46,7 +78,7 @@ func TestConcurrentAddsShareScriptCalls(t *testing.T) {
 			}()
 			redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
 		}
-		held.Release()
+		land(t, held, &f.shards[0].adds)
 		for range maxInFlight {
 			if err := <-first; err != nil {
 				t.Fatal(err)
@@ -79,16 +111,11 @@ func TestALookupThatGivesUpInTheQueueReturnsAtOnce(t *testing.T) {
 		if _, err := f.Exists(ctx, "warm"); err != nil {
 			t.Fatal(err)
 		}
-		held := faults.On(redistest.Script(existsFixedScript.Hash())).Hold().Times(maxInFlight)
-		t.Cleanup(held.Release)
 		first := make(chan error, maxInFlight)
-		for range maxInFlight {
-			go func() {
-				_, err := f.Exists(ctx, "x")
-				first <- err
-			}()
-		}
-		redistest.WaitFor(t, 10*time.Second, "the first lookups to be in flight", func() bool { return held.Hits() == maxInFlight })
+		held := fillFlight(t, faults, existsFixedScript.Hash(), func(int) {
+			_, err := f.Exists(ctx, "x")
+			first <- err
+		})
 		quit, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
@@ -100,13 +127,13 @@ func TestALookupThatGivesUpInTheQueueReturnsAtOnce(t *testing.T) {
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("a cancelled lookup in the queue: %v", err)
 		}
-		held.Release()
+		land(t, held, &f.shards[0].lookups)
 		for range maxInFlight {
 			if err := <-first; err != nil {
 				t.Fatal(err)
 			}
 		}
-		if n := held.Hits(); n != maxInFlight {
+		if n := held.calls.Hits(); n != maxInFlight {
 			t.Fatalf("%d lookups sent, want %d: the cancelled one must not be", n, maxInFlight)
 		}
 	})
@@ -140,13 +167,11 @@ func TestACoalescedAddThatWentInIsNotReportedFullWithTheOnesThatDidNot(t *testin
 				fresh = append(fresh, item)
 			}
 		}
-		held := faults.On(redistest.Script(addScript.Hash())).Hold().Times(maxInFlight)
-		t.Cleanup(held.Release)
 		inFlight := make(chan error, maxInFlight)
-		for range maxInFlight {
-			go func() { _, err := f.Add(ctx, first); inFlight <- err }() // present: takes no room
-		}
-		redistest.WaitFor(t, 10*time.Second, "the first adds to be in flight", func() bool { return held.Hits() == maxInFlight })
+		held := fillFlight(t, faults, addScript.Hash(), func(int) {
+			_, err := f.Add(ctx, first) // present: takes no room
+			inFlight <- err
+		})
 		type outcome struct {
 			isNew bool
 			err   error
@@ -160,7 +185,7 @@ func TestACoalescedAddThatWentInIsNotReportedFullWithTheOnesThatDidNot(t *testin
 			}()
 			redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
 		}
-		held.Release()
+		land(t, held, &f.shards[0].adds)
 		for range maxInFlight {
 			if err := <-inFlight; err != nil {
 				t.Fatal(err)
@@ -177,6 +202,39 @@ func TestACoalescedAddThatWentInIsNotReportedFullWithTheOnesThatDidNot(t *testin
 		}
 		if isNew, err := f.Add(ctx, fresh[1]); !errors.Is(err, ErrFull) {
 			t.Fatalf("Add(%s) again: %v %v, want ErrFull", fresh[1], isNew, err)
+		}
+	})
+}
+
+// Concurrent Adds travel in batches, and with layers of a few items most
+// batches fill one: each caller must still get its own item's answer.
+func TestConcurrentAddsToAGrowingFilterEachGetTheirOwnAnswer(t *testing.T) {
+	redistest.RunReal(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := mustScalable(t, b.Client(t), redistest.Key(t), 8, 1e-6, WithGrowth(1))
+		all := items("crowd", 200) // 25 of the 32 layers
+		var wg sync.WaitGroup
+		var notNew atomic.Int64
+		errs := make(chan error, len(all))
+		for _, item := range all {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				isNew, err := f.Add(ctx, item)
+				if err != nil {
+					errs <- err
+				} else if !isNew {
+					notNew.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := notNew.Load(); n > 0 {
+			t.Fatalf("%d of %d fresh items reported not new", n, len(all))
 		}
 	})
 }

@@ -283,7 +283,8 @@ func (f *Filter) ExistsMany(ctx context.Context, items []string) ([]bool, error)
 type group struct {
 	shard int
 	items []string
-	at    []int // each item's index in the caller's batch; nil: 0, 1, ...
+	at    []int // each item's index in the caller's batch; nil: from, from+1, ...
+	from  int   // without at, the index of items[0] (items left after a layer filled)
 }
 
 // maxRounds bounds the calls one group may take: one per layer a shard
@@ -479,7 +480,7 @@ func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (m
 			return false, fmt.Errorf("bloom: %d answers for %d items", len(done), len(g.items))
 		}
 		for i, v := range done {
-			j := i
+			j := g.from + i
 			if g.at != nil {
 				j = g.at[i]
 			}
@@ -497,8 +498,7 @@ func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (m
 				if g.at != nil {
 					full.left[i] = g.at[len(done)+i]
 				} else {
-					// Without at, g.items is what is left of the whole batch.
-					full.left[i] = len(out) - len(g.items) + len(done) + i
+					full.left[i] = g.from + len(done) + i
 				}
 			}
 			return false, full
@@ -507,6 +507,8 @@ func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (m
 		g.items = g.items[len(done):]
 		if g.at != nil {
 			g.at = g.at[len(done):]
+		} else {
+			g.from += len(done)
 		}
 		return true, nil
 	case 1:

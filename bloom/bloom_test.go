@@ -471,6 +471,38 @@ func TestAScalableFilterThatCannotGrowSaysSo(t *testing.T) {
 	})
 }
 
+// A batch that fills a layer is finished with the next: the answers of
+// the items sent again must land in their own places, not the first ones.
+func TestABatchThatFillsALayerAnswersEveryItemInItsPlace(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := mustScalable(t, b.Client(t), redistest.Key(t), 10, 1e-6)
+		all := items("fill", 30)
+		got, err := f.AddMany(ctx, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, isNew := range got {
+			if !isNew {
+				t.Errorf("item %d of 30, all fresh, reported not new: %v", i, got)
+				break
+			}
+		}
+		if n := f.shards[0].known.Load(); n < 2 {
+			t.Fatalf("%d layer after 30 items in layers of 10 and more: the batch did not fill one", n)
+		}
+		again, err := f.AddMany(ctx, append(all[15:], items("fresh", 5)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, isNew := range again {
+			if want := i >= 15; isNew != want {
+				t.Fatalf("second batch, item %d: new = %v, want %v: %v", i, isNew, want, again)
+			}
+		}
+	})
+}
+
 func TestCountEstimatesDistinctItems(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
