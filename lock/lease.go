@@ -234,6 +234,11 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("lock: extend %q: %w", l.name, err)
 	}
+	if !time.Now().Before(end) {
+		// The extension was confirmed only after the new lease would have
+		// run out (a slow network or server): the lock may be gone.
+		return fmt.Errorf("%w: %q: the extension was confirmed after the lease it set had run out", ErrNotHeld, l.name)
+	}
 	return nil
 }
 
@@ -438,8 +443,15 @@ func (l *Lease) renewOnce(ctx context.Context, r *renewal) (wait time.Duration, 
 	switch {
 	case err == nil && ok:
 		l.mu.Lock()
-		l.deadline = start.Add(ttl - l.drift)
+		end := start.Add(ttl - l.drift)
+		l.deadline = end
 		l.mu.Unlock()
+		if !time.Now().Before(end) {
+			// Confirmed only after the new lease would have run out: it
+			// may have, and another may hold the lock.
+			l.lose(context.DeadlineExceeded)
+			return 0, true
+		}
 		return ttl / 3, false
 	case err == nil:
 		l.lose(ErrNotHeld)

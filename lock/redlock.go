@@ -126,7 +126,9 @@ func (r *Redlock) each(ctx context.Context, call func(ctx context.Context, node 
 // gather runs call on every node at once and counts the answers as they
 // come: how many returned true, how many failed, and the first failure.
 // With enough > 0 it returns as soon as enough nodes returned true; the
-// other calls run on. done, if not nil, runs once all have returned.
+// other calls run on. It also returns when ctx ends, counting the nodes
+// that have not answered as failed. done, if not nil, runs once all calls
+// have returned.
 func (r *Redlock) gather(ctx context.Context, enough int, done func(), call func(ctx context.Context, node RedisClient) (bool, error)) (ok, failed int, firstErr error) {
 	type answer struct {
 		yes bool
@@ -149,7 +151,18 @@ func (r *Redlock) gather(ctx context.Context, enough int, done func(), call func
 		}()
 	}
 	for left := len(r.nodes); left > 0; left-- {
-		a := <-answers
+		var a answer
+		select {
+		case a = <-answers:
+		case <-ctx.Done():
+			// A node's client may not heed the context (go-redis reads
+			// until its ReadTimeout unless ContextTimeoutEnabled): the
+			// nodes that have not answered count as failed.
+			if firstErr == nil {
+				firstErr = ctx.Err()
+			}
+			return ok, failed + left, firstErr
+		}
 		if a.yes {
 			ok++
 		}
@@ -214,8 +227,12 @@ func (r *Redlock) abandon(ctx context.Context, l *Lease) {
 	_, _ = r.release(ctx, l)
 }
 
-// release runs release.lua on every node: 1 if any node released the
-// lock, 0 if none held it; an error only if no node answered.
+// release runs release.lua on every node. It reports 1 when a majority
+// answered and some node released the lock, 0 (not held) when a majority
+// answered and none held it, and an error when fewer than a majority
+// answered: the nodes that did not may still hold the lock, and the
+// caller may try again. A minority that does not answer (a node down) is
+// no error: its copy cannot make a majority and expires with its lease.
 func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
 	if l.settled != nil {
 		select {
@@ -230,21 +247,23 @@ func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
 		return res > 0, err
 	})
 	switch {
+	case len(r.nodes)-failed < r.quorum:
+		return 0, fmt.Errorf("%d of %d servers answered (%d released it), fewer than a majority: %w", len(r.nodes)-failed, len(r.nodes), released, err)
 	case released > 0:
 		return 1, nil
-	case failed == len(r.nodes):
-		return 0, err
 	}
 	return 0, nil
 }
 
 // extend runs extend.lua on every node. It reports whether a majority
-// extended the lock; when too few did but the nodes that failed to answer
-// could still make up a majority, it returns their error instead, so that
-// renewal retries rather than declaring the lock lost.
+// extended the lock, as soon as one has: a node that hangs must not hold
+// up the answer until the lease has run out on the others. When too few
+// did but the nodes that failed to answer could still make up a majority,
+// it returns their error instead, so that renewal retries rather than
+// declaring the lock lost.
 func (r *Redlock) extend(ctx context.Context, l *Lease, ttl time.Duration) (bool, error) {
 	args := append(extendScript.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds())
-	extended, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
+	extended, failed, err := r.gather(ctx, r.quorum, nil, func(ctx context.Context, n RedisClient) (bool, error) {
 		res, err := extendScript.Int(ctx, n, args)
 		return res == 1, err
 	})

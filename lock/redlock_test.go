@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,6 +187,107 @@ func TestRedlockSurvivesAMinorityOfNodesDown(t *testing.T) {
 	}
 	if n := holders(t, clients[3:], l.key); n != 0 {
 		t.Fatalf("a failed attempt left the lock on %d live nodes", n)
+	}
+}
+
+// A node that hangs (no reply, connection open) must not hold up renewal
+// until the lease has run out on the others: another process would take
+// the lock while the first lease still looked held.
+func TestRedlockRenewsPastAHungMinorityNode(t *testing.T) {
+	ctx := context.Background()
+	servers, clients := fiveNodes(t)
+	r := newRedlock(t, clients)
+	const ttl = 900 * time.Millisecond
+	l, err := r.TryLock(ctx, "hung", ttl, AutoRenew())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.settled
+	if err := servers[4].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = servers[4].Resume() }()
+
+	// Another process, whose client for the hung node gives up quickly,
+	// tries for the lock over three leases.
+	others := make([]RedisClient, 5)
+	for i := range 4 {
+		others[i] = clients[i]
+	}
+	fast := redis.NewClient(&redis.Options{Addr: servers[4].Addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = fast.Close() })
+	others[4] = fast
+	other, err := NewRedlock(others)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); <-tick.C {
+		if _, err := other.TryLock(ctx, "hung", time.Minute); err == nil {
+			t.Fatalf("another process took the lock while the renewed lease was held (its context: %v)", context.Cause(l.Context()))
+		} else if !errors.Is(err, ErrNotObtained) {
+			t.Fatal(err)
+		}
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("the lease was lost with a majority up: %v", context.Cause(l.Context()))
+		}
+	}
+	if err := servers[4].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Unlock must not report success, or "not held", while a majority may
+// still hold the lock: the caller could not know to try again.
+func TestRedlockUnlockFailsWhileAMajorityMayStillHoldIt(t *testing.T) {
+	ctx := context.Background()
+	_, clients := fiveNodes(t)
+	faults := redistest.NewFaults()
+	nodes := make([]RedisClient, 5)
+	for i, c := range clients {
+		nodes[i] = c
+		if i < 3 {
+			fc := redis.NewClient(&redis.Options{Addr: c.Options().Addr, MaxRetries: -1})
+			fc.AddHook(faults)
+			t.Cleanup(func() { _ = fc.Close() })
+			nodes[i] = fc
+		}
+	}
+	r, err := NewRedlock(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, healthyHold := range []bool{true, false} {
+		l, err := r.TryLock(ctx, "unlock", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-l.settled
+		if !healthyHold {
+			// The two nodes that answer lost the key (restarted empty).
+			for _, c := range clients[3:] {
+				c.Del(ctx, l.key)
+			}
+		}
+		fail := faults.On(redistest.Script(releaseScript.Hash())).Fail(io.ErrUnexpectedEOF)
+		err = l.Unlock(ctx)
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Unlock with the release failing on 3 of 5 nodes (the other two holding it: %v): %v, want an error saying it may still be held", healthyHold, err)
+		}
+		if n := holders(t, clients, l.key); n != 3 {
+			t.Fatalf("%d nodes hold the lock, want the 3 whose release failed", n)
+		}
+		fail.Off()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock again once the nodes answer: %v", err)
+		}
+		if n := holders(t, clients, l.key); n != 0 {
+			t.Fatalf("%d nodes hold the lock after the second Unlock", n)
+		}
 	}
 }
 

@@ -34,6 +34,7 @@ else
 end
 if wait then
   if ARGV[3] == '1' then
+    -- Long enough to cover the wait and its jitter (maxJitter, wait.go).
     redis.call('SET', KEYS[5], '1', 'PX', math.max(-wait - 2, 0) + 1000)
   end
   return wait

@@ -27,7 +27,8 @@ else
 end
 if wait then
   if ARGV[4] == '1' then
-    -- Long enough to cover the wait; each attempt renews it.
+    -- Long enough to cover the wait and its jitter (maxJitter, wait.go);
+    -- each attempt renews it.
     redis.call('SET', KEYS[4], '1', 'PX', math.max(-wait - 2, 0) + 1000)
   end
   return wait

@@ -177,3 +177,19 @@ func TestACrashedReadersShareRunsOut(t *testing.T) {
 		}
 	})
 }
+
+// A writer that sleeps while readers hold their shares leaves a marker
+// that keeps new readers out for its wait plus a second. Its sleep, with
+// the jitter, must end inside that second, however long the readers'
+// leases: past it, new readers get in ahead of it, and the last one's
+// release, seeing no marker, wakes nobody.
+func TestAWaitersSleepEndsBeforeItsMarker(t *testing.T) {
+	const margin = time.Second // the scripts' PX wait + 1000
+	for _, wait := range []time.Duration{time.Millisecond, time.Second, 40 * time.Second, time.Hour} {
+		for range 1000 {
+			if got := jitter(wait); got < wait || got >= wait+margin {
+				t.Fatalf("jitter(%v) = %v, want from %v to under %v", wait, got, wait, wait+margin)
+			}
+		}
+	}
+}

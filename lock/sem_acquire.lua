@@ -36,7 +36,8 @@ if first[2] then
   wait = math.max(tonumber(first[2]) - t, 0)
 end
 if ARGV[3] == '1' then
-  -- Long enough to cover the wait; each failed attempt renews it.
+  -- Long enough to cover the wait and its jitter (maxJitter, wait.go);
+  -- each failed attempt renews it.
   redis.call('SET', KEYS[3], '1', 'PX', wait + 1000)
 end
 return -wait - 2

@@ -261,14 +261,22 @@ func waitBound(pttl time.Duration) time.Duration {
 	return pttl
 }
 
+// maxJitter bounds what jitter adds. The markers a waiter leaves while it
+// sleeps (a writer waiting, readers or permits wanted: rw_write.lua,
+// rw_read.lua, sem_acquire.lua) outlast the wait by a second; a waiter
+// that slept past its marker would let new readers in ahead of a waiting
+// writer, or miss the release that should have woken it.
+const maxJitter = 500 * time.Millisecond
+
 // jitter spreads waiters of several processes that would all retry at the
-// moment a lease runs out: it adds up to a tenth, and at least a
-// millisecond, so they do not retry before Redis expired the key.
+// moment a lease runs out: it adds up to a tenth (at most maxJitter), and
+// at least a millisecond, so they do not retry before Redis expired the
+// key.
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	return d + time.Millisecond + rand.N(d/10+1)
+	return d + time.Millisecond + rand.N(min(d/10, maxJitter)+1)
 }
 
 func nextBackoff(prev time.Duration) time.Duration {

@@ -10,3 +10,11 @@ import (
 func dieWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// Pause stops the server's process (SIGSTOP) without closing its sockets,
+// as a hung machine or a network black hole would: connections stay open
+// and commands get no reply until Resume. Stop kills it, paused or not.
+func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server go on.
+func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
