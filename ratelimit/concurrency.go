@@ -74,7 +74,10 @@ type Slot struct {
 //
 // The slot is held until Release, or at most for lease: a holder that
 // crashes without releasing gives its slot back when the lease ends.
-// Choose a lease longer than a request can run, or Extend it.
+// Choose a lease longer than a request can run, or Extend it. When
+// TryAcquire returns an error (not a refusal), the slot it may have taken
+// before the reply was lost is released, best effort, so that a retry
+// does not hold two.
 //
 // Every caller of one key shares its slots whatever limit it passes, so
 // callers of one key should agree on the limit; after a limit is lowered,
@@ -104,6 +107,13 @@ func (l *Limiter) TryAcquire(ctx context.Context, key string, limit int64, lease
 	args = append(args, rkey, l.nowMillis(), limit, millis(lease), id)
 	res, err := slotAcquireScript.Ints(ctx, l.rdb, args)
 	if err != nil {
+		// The script may have run and its reply been lost: the slot would
+		// be held for the whole lease with nobody to release it, and a
+		// retry would take a second one. Give it back, best effort.
+		s := &Slot{l: l, key: key, rkey: rkey, id: id}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseAfterErrorTimeout)
+		_ = s.Release(rctx)
+		cancel()
 		return nil, fmt.Errorf("ratelimit: acquire %q: %w", key, err)
 	}
 	if len(res) != 3 {
@@ -119,6 +129,10 @@ func (l *Limiter) TryAcquire(ctx context.Context, key string, limit int64, lease
 	}
 	return &Slot{l: l, key: key, rkey: rkey, id: id}, nil
 }
+
+// releaseAfterErrorTimeout bounds the release TryAcquire sends after an
+// error: Redis may be unreachable, and the caller is waiting.
+const releaseAfterErrorTimeout = time.Second
 
 // Release gives the slot back, so that another request can take it. If
 // the slot's lease had already ended it returns an error matching

@@ -271,6 +271,35 @@ func TestConcurrencyRedisErrorsAreReturned(t *testing.T) {
 	})
 }
 
+// An acquisition whose reply is lost may have taken its slot: it must not
+// keep it for the whole lease, or a retry finds the key full.
+func TestAnAcquisitionWhoseReplyIsLostLeavesNoSlotHeld(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		l := newLimiter(t, b.Client(t, f))
+		key := redistest.Key(t)
+		if err := mustAcquire(t, l, key, 1, time.Hour).Release(ctx); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		broken := errors.New("connection reset")
+		lost := f.On(redistest.Script(slotAcquireScript.Hash())).LoseReply(broken).Times(1)
+		if _, err := l.TryAcquire(ctx, key, 1, time.Hour); !errors.Is(err, broken) {
+			t.Fatalf("TryAcquire whose reply was lost: %v", err)
+		}
+		if lost.Hits() != 1 {
+			t.Fatalf("%d acquisitions sent, want the one whose reply was lost", lost.Hits())
+		}
+		s, err := l.TryAcquire(ctx, key, 1, time.Hour)
+		if err != nil {
+			t.Fatalf("the retry: %v, want the slot", err)
+		}
+		if err := s.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestConcurrencyInvalidInputNeverReachesRedis(t *testing.T) {
 	f := redistest.NewFaults()
 	b := redistest.Open(t, redistest.Mini)
