@@ -145,15 +145,23 @@ func TestAResumedClaimDoesNotSettleOntoAHoldReturnedMeanwhile(t *testing.T) {
 		sweepDiesAfterBucket0(t, c, f, item)
 		take.Release()
 		got := <-retry
-		if !errors.Is(got.err, ErrReturned) {
-			t.Fatalf("resumed retry: %+v %v, want ErrReturned", got.r, got.err)
-		}
-		r, err := c.Reserve(ctx, item, order("a1", alice))
-		if err != nil || r.State != Returned || !r.Replayed {
-			t.Fatalf("a later retry: %+v %v, want the order replayed as returned", r, err)
-		}
-		wantReleased(t, c, item, alice)
+		wantReturned(t, c, item, alice, got.r, got.err)
 	})
+}
+
+// wantReturned checks that a Reserve of alice's order a1 that outlived its
+// claim answered (r, err) ErrReturned, that a later retry is answered
+// "returned" too, and that her allowance is back.
+func wantReturned(t *testing.T, c *Counter, item, alice string, r Reservation, err error) {
+	t.Helper()
+	if !errors.Is(err, ErrReturned) {
+		t.Fatalf("Reserve: %+v %v, want ErrReturned", r, err)
+	}
+	again, err := c.Reserve(context.Background(), item, order("a1", alice))
+	if err != nil || again.State != Returned || !again.Replayed {
+		t.Fatalf("a later retry: %+v %v, want the order replayed as returned", again, err)
+	}
+	wantReleased(t, c, item, alice)
 }
 
 func TestAClaimSettledAfterItsDeadlineIsReturned(t *testing.T) {
@@ -180,14 +188,7 @@ func TestAClaimSettledAfterItsDeadlineIsReturned(t *testing.T) {
 		sweepDiesAfterBucket0(t, c, f, item)
 		settle.Release()
 		got := <-first
-		if !errors.Is(got.err, ErrReturned) {
-			t.Fatalf("Reserve: %+v %v, want ErrReturned", got.r, got.err)
-		}
-		r, err := c.Reserve(ctx, item, order("a1", alice))
-		if err != nil || r.State != Returned || !r.Replayed {
-			t.Fatalf("a retry: %+v %v, want the order replayed as returned", r, err)
-		}
-		wantReleased(t, c, item, alice)
+		wantReturned(t, c, item, alice, got.r, got.err)
 	})
 }
 
