@@ -193,14 +193,14 @@
 // SET still goes on (an Unlock waits for it, so it cannot land after the
 // release). A failed attempt releases what it took, once every server
 // answered or the attempt's timeout (a tenth of the lease) passed. Unlock
-// releases on every server, and fails, to be called again, unless a
-// majority answered; Extend and AutoRenew need a majority and return as
-// soon as one extended (a hung server must not hold renewal up until the
-// lease ran out on the others); Lock retries with a jittered backoff,
-// since a release would have to be heard from a majority of independent
-// servers. A minority of servers may be down, or restart empty, without
-// breaking mutual exclusion; more than that, restarting empty within a
-// lease, can.
+// releases on every server and returns once a majority answered (a hung
+// server does not hold it up); with fewer answers it fails, to be called
+// again; Extend and AutoRenew need a majority and return as soon as one
+// extended (a hung server must not hold renewal up until the lease ran out
+// on the others); Lock retries with a jittered backoff, since a release
+// would have to be heard from a majority of independent servers. A
+// minority of servers may be down, or restart empty, without breaking
+// mutual exclusion; more than that, restarting empty within a lease, can.
 //
 // Whether Redlock is safe has been argued in public. Martin Kleppmann's
 // objection is that it relies on timing: a client that pauses (a GC, a

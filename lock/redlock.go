@@ -117,19 +117,24 @@ func (r *Redlock) newLease(ctx context.Context, name string, ttl time.Duration, 
 	return l, nil
 }
 
-// each runs call on every node at once and returns how many returned
-// true, how many failed, and the first failure.
-func (r *Redlock) each(ctx context.Context, call func(ctx context.Context, node RedisClient) (bool, error)) (ok, failed int, firstErr error) {
-	return r.gather(ctx, 0, nil, call)
+// tally counts the answers of the nodes to one call.
+type tally struct {
+	yes, no int   // answered true, answered false
+	failed  int   // failed, or had not answered when the context ended
+	err     error // the first failure
+}
+
+// each runs call on every node at once and counts every answer.
+func (r *Redlock) each(ctx context.Context, call func(ctx context.Context, node RedisClient) (bool, error)) tally {
+	return r.gather(ctx, nil, nil, call)
 }
 
 // gather runs call on every node at once and counts the answers as they
-// come: how many returned true, how many failed, and the first failure.
-// With enough > 0 it returns as soon as enough nodes returned true; the
-// other calls run on. It also returns when ctx ends, counting the nodes
-// that have not answered as failed. done, if not nil, runs once all calls
-// have returned.
-func (r *Redlock) gather(ctx context.Context, enough int, done func(), call func(ctx context.Context, node RedisClient) (bool, error)) (ok, failed int, firstErr error) {
+// come. With enough, it returns as soon as enough(the count so far) is
+// true; the other calls run on. It also returns when ctx ends, counting
+// the nodes that have not answered as failed. done, if not nil, runs once
+// all calls have returned.
+func (r *Redlock) gather(ctx context.Context, enough func(tally) bool, done func(), call func(ctx context.Context, node RedisClient) (bool, error)) tally {
 	type answer struct {
 		yes bool
 		err error
@@ -150,6 +155,7 @@ func (r *Redlock) gather(ctx context.Context, enough int, done func(), call func
 			done()
 		}()
 	}
+	var t tally
 	for left := len(r.nodes); left > 0; left-- {
 		var a answer
 		select {
@@ -158,25 +164,28 @@ func (r *Redlock) gather(ctx context.Context, enough int, done func(), call func
 			// A node's client may not heed the context (go-redis reads
 			// until its ReadTimeout unless ContextTimeoutEnabled): the
 			// nodes that have not answered count as failed.
-			if firstErr == nil {
-				firstErr = ctx.Err()
+			if t.err == nil {
+				t.err = ctx.Err()
 			}
-			return ok, failed + left, firstErr
+			t.failed += left
+			return t
 		}
-		if a.yes {
-			ok++
-		}
-		if a.err != nil {
-			failed++
-			if firstErr == nil {
-				firstErr = a.err
+		switch {
+		case a.err != nil:
+			t.failed++
+			if t.err == nil {
+				t.err = a.err
 			}
+		case a.yes:
+			t.yes++
+		default:
+			t.no++
 		}
-		if enough > 0 && ok >= enough {
+		if enough != nil && enough(t) {
 			break
 		}
 	}
-	return ok, failed, firstErr
+	return t
 }
 
 // attempt sets l's key with SET NX PX on every node, and keeps the lock if
@@ -197,7 +206,7 @@ func (r *Redlock) attempt(ctx context.Context, l *Lease) error {
 	settled := make(chan struct{})
 	l.settled = settled
 	set := []any{"set", l.keyArg, l.tokenArg, "nx", "px", l.ttlArg} // read-only: shared by the nodes
-	granted, _, err := r.gather(actx, r.quorum, func() { cancel(); close(settled) }, func(ctx context.Context, n RedisClient) (bool, error) {
+	t := r.gather(actx, func(t tally) bool { return t.yes >= r.quorum }, func() { cancel(); close(settled) }, func(ctx context.Context, n RedisClient) (bool, error) {
 		cmd := redis.NewStatusCmd(ctx, set...)
 		err := n.Process(ctx, cmd)
 		if errors.Is(err, redis.Nil) {
@@ -205,6 +214,7 @@ func (r *Redlock) attempt(ctx context.Context, l *Lease) error {
 		}
 		return err == nil, err
 	})
+	granted, err := t.yes, t.err
 	validity := l.ttl - time.Since(start) - l.drift
 	if granted >= r.quorum && validity > 0 {
 		l.start(0, start)
@@ -227,8 +237,9 @@ func (r *Redlock) abandon(ctx context.Context, l *Lease) {
 	_, _ = r.release(ctx, l)
 }
 
-// release runs release.lua on every node. It reports 1 when a majority
-// answered and some node released the lock, 0 (not held) when a majority
+// release runs release.lua on every node. It reports 1 as soon as a
+// majority answered and some node released the lock (a hung node must
+// not hold Unlock up; its call runs on), 0 (not held) when a majority
 // answered and none held it, and an error when fewer than a majority
 // answered: the nodes that did not may still hold the lock, and the
 // caller may try again. A minority that does not answer (a node down) is
@@ -242,14 +253,15 @@ func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
 		}
 	}
 	args := append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg) // read-only: shared by the nodes
-	released, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
+	done := func(t tally) bool { return t.yes > 0 && t.yes+t.no >= r.quorum }
+	t := r.gather(ctx, done, nil, func(ctx context.Context, n RedisClient) (bool, error) {
 		res, err := releaseScript.Int(ctx, n, args)
 		return res > 0, err
 	})
 	switch {
-	case len(r.nodes)-failed < r.quorum:
-		return 0, fmt.Errorf("%d of %d servers answered (%d released it), fewer than a majority: %w", len(r.nodes)-failed, len(r.nodes), released, err)
-	case released > 0:
+	case t.yes+t.no < r.quorum:
+		return 0, fmt.Errorf("%d of %d servers answered (%d released it), fewer than a majority: %w", t.yes+t.no, len(r.nodes), t.yes, t.err)
+	case t.yes > 0:
 		return 1, nil
 	}
 	return 0, nil
@@ -263,15 +275,15 @@ func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
 // declaring the lock lost.
 func (r *Redlock) extend(ctx context.Context, l *Lease, ttl time.Duration) (bool, error) {
 	args := append(extendScript.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds())
-	extended, failed, err := r.gather(ctx, r.quorum, nil, func(ctx context.Context, n RedisClient) (bool, error) {
+	t := r.gather(ctx, func(t tally) bool { return t.yes >= r.quorum }, nil, func(ctx context.Context, n RedisClient) (bool, error) {
 		res, err := extendScript.Int(ctx, n, args)
 		return res == 1, err
 	})
 	switch {
-	case extended >= r.quorum:
+	case t.yes >= r.quorum:
 		return true, nil
-	case extended+failed >= r.quorum:
-		return false, err
+	case t.yes+t.failed >= r.quorum:
+		return false, t.err
 	}
 	return false, nil
 }
@@ -282,7 +294,7 @@ func (r *Redlock) extend(ctx context.Context, l *Lease, ttl time.Duration) (bool
 func (r *Redlock) pttl(ctx context.Context, l *Lease) (time.Duration, bool, error) {
 	var mu sync.Mutex
 	var left []int64
-	_, failed, err := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
+	t := r.each(ctx, func(ctx context.Context, n RedisClient) (bool, error) {
 		ms, err := pttlScript.Int(ctx, n, append(pttlScript.ArgsRO(1, 2), l.keyArg, l.tokenArg))
 		if err == nil && ms >= 0 {
 			mu.Lock()
@@ -291,13 +303,17 @@ func (r *Redlock) pttl(ctx context.Context, l *Lease) (time.Duration, bool, erro
 		}
 		return err == nil, err
 	})
-	if len(left) < r.quorum {
-		if len(left)+failed >= r.quorum {
-			return 0, false, err
+	// Calls still running after ctx ended may append yet: take a copy.
+	mu.Lock()
+	held := slices.Clone(left)
+	mu.Unlock()
+	if len(held) < r.quorum {
+		if len(held)+t.failed >= r.quorum {
+			return 0, false, t.err
 		}
 		return 0, false, nil
 	}
-	slices.Sort(left)
-	slices.Reverse(left)
-	return max(time.Duration(left[r.quorum-1])*time.Millisecond-l.drift, 0), true, nil
+	slices.Sort(held)
+	slices.Reverse(held)
+	return max(time.Duration(held[r.quorum-1])*time.Millisecond-l.drift, 0), true, nil
 }
