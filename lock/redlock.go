@@ -161,14 +161,21 @@ func (r *Redlock) gather(ctx context.Context, enough func(tally) bool, done func
 		select {
 		case a = <-answers:
 		case <-ctx.Done():
-			// A node's client may not heed the context (go-redis reads
-			// until its ReadTimeout unless ContextTimeoutEnabled): the
-			// nodes that have not answered count as failed.
-			if t.err == nil {
-				t.err = ctx.Err()
+			select {
+			case a = <-answers:
+				// An answer that came in meanwhile still counts (done may
+				// end ctx once every call has answered).
+			default:
+				// A node's client may not heed the context (go-redis
+				// reads until its ReadTimeout unless
+				// ContextTimeoutEnabled): the nodes that have not
+				// answered count as failed.
+				if t.err == nil {
+					t.err = ctx.Err()
+				}
+				t.failed += left
+				return t
 			}
-			t.failed += left
-			return t
 		}
 		switch {
 		case a.err != nil:

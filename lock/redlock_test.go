@@ -399,3 +399,17 @@ func aFailedRedlockTryLockReturnsNoLease(t *testing.T, clients []*redis.Client) 
 		t.Fatalf("a failed TryLock: %v, %v; want nil and ErrNotObtained", other, err)
 	}
 }
+
+// An attempt's done ends its context once every node has answered; the
+// answers still in the channel then must count, not be taken for nodes
+// that never answered.
+func TestGatherCountsTheAnswersThatCameBeforeItsContextEnded(t *testing.T) {
+	r := &Redlock{nodes: make([]RedisClient, 5), quorum: 3}
+	for range 1000 {
+		ctx, cancel := context.WithCancel(context.Background())
+		got := r.gather(ctx, nil, cancel, func(context.Context, RedisClient) (bool, error) { return true, nil })
+		if got.yes != 5 || got.failed != 0 {
+			t.Fatalf("gather: %+v, want five answers of yes", got)
+		}
+	}
+}
