@@ -126,15 +126,21 @@ type tally struct {
 
 // each runs call on every node at once and counts every answer.
 func (r *Redlock) each(ctx context.Context, call func(ctx context.Context, node RedisClient) (bool, error)) tally {
-	return r.gather(ctx, nil, nil, call)
+	return r.gather(ctx, nil, 0, nil, call)
 }
 
+// straggle is how long extend and release wait for the other nodes once
+// a majority answered. Healthy nodes answer within it, so no call is left
+// running (or cancelled mid-way, which costs go-redis the connection);
+// a hung node does not hold the caller up for more than it.
+const straggle = 50 * time.Millisecond
+
 // gather runs call on every node at once and counts the answers as they
-// come. With enough, it returns as soon as enough(the count so far) is
-// true; the other calls run on. It also returns when ctx ends, counting
-// the nodes that have not answered as failed. done, if not nil, runs once
-// all calls have returned.
-func (r *Redlock) gather(ctx context.Context, enough func(tally) bool, done func(), call func(ctx context.Context, node RedisClient) (bool, error)) tally {
+// come. With enough, once enough(the count so far) is true, it waits at
+// most grace more for the other answers; the calls still running then run
+// on. It also returns when ctx ends, counting the nodes that have not
+// answered as failed. done, if not nil, runs once all calls have returned.
+func (r *Redlock) gather(ctx context.Context, enough func(tally) bool, grace time.Duration, done func(), call func(ctx context.Context, node RedisClient) (bool, error)) tally {
 	type answer struct {
 		yes bool
 		err error
@@ -156,10 +162,13 @@ func (r *Redlock) gather(ctx context.Context, enough func(tally) bool, done func
 		}()
 	}
 	var t tally
+	var graceOver <-chan time.Time // set once enough answered
 	for left := len(r.nodes); left > 0; left-- {
 		var a answer
 		select {
 		case a = <-answers:
+		case <-graceOver:
+			return t
 		case <-ctx.Done():
 			select {
 			case a = <-answers:
@@ -188,8 +197,13 @@ func (r *Redlock) gather(ctx context.Context, enough func(tally) bool, done func
 		default:
 			t.no++
 		}
-		if enough != nil && enough(t) {
-			break
+		if graceOver == nil && enough != nil && enough(t) {
+			if grace <= 0 {
+				return t
+			}
+			timer := time.NewTimer(grace)
+			defer timer.Stop()
+			graceOver = timer.C
 		}
 	}
 	return t
@@ -213,7 +227,7 @@ func (r *Redlock) attempt(ctx context.Context, l *Lease) error {
 	settled := make(chan struct{})
 	l.settled = settled
 	set := []any{"set", l.keyArg, l.tokenArg, "nx", "px", l.ttlArg} // read-only: shared by the nodes
-	t := r.gather(actx, func(t tally) bool { return t.yes >= r.quorum }, func() { cancel(); close(settled) }, func(ctx context.Context, n RedisClient) (bool, error) {
+	t := r.gather(actx, func(t tally) bool { return t.yes >= r.quorum }, 0, func() { cancel(); close(settled) }, func(ctx context.Context, n RedisClient) (bool, error) {
 		cmd := redis.NewStatusCmd(ctx, set...)
 		err := n.Process(ctx, cmd)
 		if errors.Is(err, redis.Nil) {
@@ -244,9 +258,9 @@ func (r *Redlock) abandon(ctx context.Context, l *Lease) {
 	_, _ = r.release(ctx, l)
 }
 
-// release runs release.lua on every node. It reports 1 as soon as a
-// majority answered and some node released the lock (a hung node must
-// not hold Unlock up; its call runs on), 0 (not held) when a majority
+// release runs release.lua on every node. It reports 1 once a majority
+// answered and some node released the lock (waiting for the others at
+// most straggle: a hung node must not hold Unlock up), 0 (not held) when a majority
 // answered and none held it, and an error when fewer than a majority
 // answered: the nodes that did not may still hold the lock, and the
 // caller may try again. A minority that does not answer (a node down) is
@@ -261,7 +275,7 @@ func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
 	}
 	args := append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg) // read-only: shared by the nodes
 	done := func(t tally) bool { return t.yes > 0 && t.yes+t.no >= r.quorum }
-	t := r.gather(ctx, done, nil, func(ctx context.Context, n RedisClient) (bool, error) {
+	t := r.gather(ctx, done, straggle, nil, func(ctx context.Context, n RedisClient) (bool, error) {
 		res, err := releaseScript.Int(ctx, n, args)
 		return res > 0, err
 	})
@@ -275,14 +289,15 @@ func (r *Redlock) release(ctx context.Context, l *Lease) (int64, error) {
 }
 
 // extend runs extend.lua on every node. It reports whether a majority
-// extended the lock, as soon as one has: a node that hangs must not hold
-// up the answer until the lease has run out on the others. When too few
+// extended the lock once one has (waiting for the others at most
+// straggle): a node that hangs must not hold up the answer until the
+// lease has run out on the others. When too few
 // did but the nodes that failed to answer could still make up a majority,
 // it returns their error instead, so that renewal retries rather than
 // declaring the lock lost.
 func (r *Redlock) extend(ctx context.Context, l *Lease, ttl time.Duration) (bool, error) {
 	args := append(extendScript.Args(1, 3), l.keyArg, l.tokenArg, ttl.Milliseconds())
-	t := r.gather(ctx, func(t tally) bool { return t.yes >= r.quorum }, nil, func(ctx context.Context, n RedisClient) (bool, error) {
+	t := r.gather(ctx, func(t tally) bool { return t.yes >= r.quorum }, straggle, nil, func(ctx context.Context, n RedisClient) (bool, error) {
 		res, err := extendScript.Int(ctx, n, args)
 		return res == 1, err
 	})

@@ -407,7 +407,7 @@ func TestGatherCountsTheAnswersThatCameBeforeItsContextEnded(t *testing.T) {
 	r := &Redlock{nodes: make([]RedisClient, 5), quorum: 3}
 	for range 1000 {
 		ctx, cancel := context.WithCancel(context.Background())
-		got := r.gather(ctx, nil, cancel, func(context.Context, RedisClient) (bool, error) { return true, nil })
+		got := r.gather(ctx, nil, 0, cancel, func(context.Context, RedisClient) (bool, error) { return true, nil })
 		if got.yes != 5 || got.failed != 0 {
 			t.Fatalf("gather: %+v, want five answers of yes", got)
 		}
