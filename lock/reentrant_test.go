@@ -96,20 +96,7 @@ func TestTheOwnerTokenCarriesTheLockToAnotherProcess(t *testing.T) {
 			}
 			got <- err
 		}()
-		if err := again.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-got:
-			t.Fatalf("the waiter got through with a hold left: %v", err)
-		default:
-		}
-		if err := held.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-got; err != nil {
-			t.Fatalf("the waiter after the last hold: %v", err)
-		}
+		waiterAfterLastHold(t, again, held, got)
 	})
 }
 
@@ -226,20 +213,7 @@ func TestAReentrantOwnerReentersAtOnceWhileAnotherWaiterOfItsClientQueues(t *tes
 		}
 
 		// The other waiter gets the lock once both holds are released.
-		if err := inner.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-got:
-			t.Fatalf("the other waiter got through with a hold left: %v", err)
-		default:
-		}
-		if err := outer.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-got; err != nil {
-			t.Fatalf("the other waiter after the last hold: %v", err)
-		}
+		waiterAfterLastHold(t, inner, outer, got)
 	})
 }
 
@@ -303,4 +277,26 @@ func TestAReentrantOwnerThatDoesNotHoldTheLockWaitsItsTurn(t *testing.T) {
 			t.Fatalf("acquisition order %v, want the first waiter before the owner", order)
 		}
 	})
+}
+
+// waiterAfterLastHold releases first, checks that the waiter whose result
+// got reports has not got through with a hold left, then releases last,
+// the owner's last hold, and waits for the waiter.
+func waiterAfterLastHold(t *testing.T, first, last *Lease, got <-chan error) {
+	t.Helper()
+	ctx := context.Background()
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter got through with a hold left: %v", err)
+	default:
+	}
+	if err := last.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter after the last hold: %v", err)
+	}
 }

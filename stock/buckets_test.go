@@ -194,6 +194,35 @@ func TestAnAbandonedClaimEndsAtItsDeadline(t *testing.T) {
 	})
 }
 
+// raceToSettle makes alice's order a1, on a new item of three buckets, the
+// prize of two calls that both held it, in buckets 1 and 2: bucket 2
+// settles first, and bucket 1's call, settling second, finds the winner's
+// reservation and gives its unit back. It returns the item, alice, the
+// layout, the order and its claim's deadline.
+func raceToSettle(t *testing.T, c *Counter, rdb RedisClient) (item, alice string, l *layout, o Order, deadline int64) {
+	t.Helper()
+	ctx := context.Background()
+	const n = 3
+	item = newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
+	alice, deadline = abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
+	l = c.layoutFor(item, n)
+	o = Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+	for _, k := range []int{1, 2} {
+		args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
+		if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline, 0, n)); err != nil || res[0] != codeReserved {
+			t.Fatalf("take in %d: %v %v", k, res, err)
+		}
+	}
+	if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false); err != nil || r.Bucket != 2 {
+		t.Fatalf("first settle: %+v %v", r, err)
+	}
+	r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true)
+	if err != nil || r.Bucket != 2 || !r.Replayed {
+		t.Fatalf("losing settle: %+v %v; want the winner's reservation", r, err)
+	}
+	return item, alice, l, o, deadline
+}
+
 func TestOnlyTheHoldingBucketIsHeeded(t *testing.T) {
 	// Two calls for one order can hold units in two buckets; the one that
 	// loses the race to settle gives its units back, and that news must
@@ -202,25 +231,7 @@ func TestOnlyTheHoldingBucketIsHeeded(t *testing.T) {
 		ctx := context.Background()
 		rdb := b.Client(t)
 		c := newCounter(t, rdb)
-		const n = 3
-		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
-		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
-		l := c.layoutFor(item, n)
-		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
-		// Both buckets 1 and 2 hold the order; bucket 2 settles first.
-		for _, k := range []int{1, 2} {
-			args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
-			if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline, 0, n)); err != nil || res[0] != codeReserved {
-				t.Fatalf("take in %d: %v %v", k, res, err)
-			}
-		}
-		if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false); err != nil || r.Bucket != 2 {
-			t.Fatalf("first settle: %+v %v", r, err)
-		}
-		r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true)
-		if err != nil || r.Bucket != 2 || !r.Replayed {
-			t.Fatalf("losing settle: %+v %v; want the winner's reservation", r, err)
-		}
+		item, alice, _, _, _ := raceToSettle(t, c, rdb)
 		if _, err := c.Sweep(ctx, item, 10); err != nil { // delivers bucket 1's news to the home
 			t.Fatal(err)
 		}

@@ -52,6 +52,23 @@ func sweepDiesAfterBucket0(t *testing.T, c *Counter, f *redistest.Faults, item s
 	}
 }
 
+// crashBeforeSettle reserves alice's order a1 (claimItem, claimHold) on a
+// client with faults f, and the process dies before it settles the claim:
+// the unit is held in bucket 0, the claim open in her home.
+func crashBeforeSettle(t *testing.T, b *redistest.Backend) (f *redistest.Faults, rdb redis.UniversalClient, c *Counter, item, alice string, a1 Order) {
+	t.Helper()
+	f = redistest.NewFaults()
+	rdb = b.Client(t, f)
+	c = newCounter(t, rdb)
+	item, alice = claimItem(t, c)
+	a1 = Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold}
+	f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
+	if _, err := c.Reserve(context.Background(), item, a1); !errors.Is(err, errDied) {
+		t.Fatalf("Reserve: %v, want the crash before settle", err)
+	}
+	return f, rdb, c, item, alice, a1
+}
+
 // redisNow returns Redis's clock.
 func redisNow(t *testing.T, rdb redis.UniversalClient) time.Time {
 	t.Helper()
@@ -87,15 +104,7 @@ func TestARetryAfterTheDeadlineFindsTheClaimedOrderReturned(t *testing.T) {
 	// client retries.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
-		item, alice := claimItem(t, c)
-		a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold}
-		f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
-		if _, err := c.Reserve(ctx, item, a1); !errors.Is(err, errDied) {
-			t.Fatalf("Reserve: %v, want the crash before settle", err)
-		}
+		f, rdb, c, item, alice, a1 := crashBeforeSettle(t, b)
 		waitPast(t, rdb, redisNow(t, rdb).Add(claimHold))
 		sweepDiesAfterBucket0(t, c, f, item)
 		// The home could not apply the news while the claim was open: it
@@ -120,15 +129,7 @@ func TestAResumedClaimDoesNotSettleOntoAHoldReturnedMeanwhile(t *testing.T) {
 	// resume has run out and been returned.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
-		item, alice := claimItem(t, c)
-		a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold}
-		f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
-		if _, err := c.Reserve(ctx, item, a1); !errors.Is(err, errDied) {
-			t.Fatalf("Reserve: %v, want the crash before settle", err)
-		}
+		f, rdb, c, item, alice, _ := crashBeforeSettle(t, b)
 		claimed := redisNow(t, rdb)
 		take := f.On(redistest.Script(takeScript.Hash())).Hold()
 		type outcome struct {
@@ -241,23 +242,7 @@ func TestALateResumerFindsTheWinnersReservationNotAReturnedHold(t *testing.T) {
 		ctx := context.Background()
 		rdb := b.Client(t)
 		c := newCounter(t, rdb)
-		const n = 3
-		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
-		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
-		l := c.layoutFor(item, n)
-		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
-		for _, k := range []int{1, 2} {
-			args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
-			if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline, 0, n)); err != nil || res[0] != codeReserved {
-				t.Fatalf("take in %d: %v %v", k, res, err)
-			}
-		}
-		if _, err := c.settle(ctx, item, l, 0, 2, o, deadline, false); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true); err != nil || r.Bucket != 2 {
-			t.Fatalf("losing settle: %+v %v", r, err)
-		}
+		item, _, l, o, deadline := raceToSettle(t, c, rdb)
 		r, err := c.reserveElsewhere(ctx, item, l, 0, o, deadline, true)
 		if err != nil || r.State != Held || r.Bucket != 2 || !r.Replayed {
 			t.Fatalf("late resumer: %+v %v, want the order held in bucket 2", r, err)
