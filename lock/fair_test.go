@@ -512,17 +512,7 @@ func TestAPlaceTimeoutBelowAMillisecondIsRefusedBeforeItEmptiesTheQueue(t *testi
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		name := redistest.Key(t)
-		holder, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute, Fair(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, stopWaiter := context.WithCancel(ctx)
-		waited := make(chan error, 1)
-		go func() {
-			_, err := newClient(t, b.Client(t)).Lock(wctx, name, time.Minute, Fair(0))
-			waited <- err
-		}()
-		redistest.WaitFor(t, 10*time.Second, "the waiter to take its place", func() bool { return queued(t, b, holder) == 1 })
+		holder, giveUp := queueFairWaiters(t, b, name, 0)
 
 		// Redis counts the timeout in whole milliseconds: 500µs would
 		// reach it as 0, and PEXPIRE queue 0 deletes every waiter's place.
@@ -543,13 +533,7 @@ func TestAPlaceTimeoutBelowAMillisecondIsRefusedBeforeItEmptiesTheQueue(t *testi
 		if n := queued(t, b, holder); n != 1 {
 			t.Fatalf("%d queued after the refused calls, want the waiter's place", n)
 		}
-		stopWaiter()
-		if err := <-waited; !errors.Is(err, ErrNotObtained) {
-			t.Fatalf("the waiter: %v", err)
-		}
-		if err := holder.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
+		giveUp()
 	})
 }
 
@@ -560,27 +544,40 @@ func TestAShortPlaceTimeoutDoesNotCutTheQueueShort(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		name := redistest.Key(t)
-		holder, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute, Fair(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		waiters := make(chan error, 2)
-		wctx, stop := context.WithCancel(ctx)
-		for i, place := range []time.Duration{time.Minute, 5 * time.Millisecond} {
-			go func() {
-				_, err := newClient(t, b.Client(t)).Lock(wctx, name, time.Minute, Fair(place))
-				waiters <- err
-			}()
-			redistest.WaitFor(t, 10*time.Second, "the waiter to take its place", func() bool { return queued(t, b, holder) == int64(i+1) })
-		}
+		holder, giveUp := queueFairWaiters(t, b, redistest.Key(t), time.Minute, 5*time.Millisecond)
 		for _, k := range []string{holder.key + queueSuffix, holder.key + placesSuffix} {
 			if ttl := b.Client(t).PTTL(ctx, k).Val(); ttl < time.Minute {
 				t.Errorf("%s expires in %v, want at least the minute-long place's", k, ttl)
 			}
 		}
+		giveUp()
+	})
+}
+
+// queueFairWaiters takes name with a fair lock and queues behind it one
+// waiter per place timeout, each with a Client of its own, in that order.
+// giveUp makes the waiters give up, checks that they did, and releases
+// the lock.
+func queueFairWaiters(t *testing.T, b *redistest.Backend, name string, places ...time.Duration) (holder *Lease, giveUp func()) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := newClient(t, b.Client(t)).TryLock(ctx, name, time.Minute, Fair(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	waiters := make(chan error, len(places))
+	for i, place := range places {
+		go func() {
+			_, err := newClient(t, b.Client(t)).Lock(wctx, name, time.Minute, Fair(place))
+			waiters <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "a waiter to take its place", func() bool { return queued(t, b, holder) == int64(i+1) })
+	}
+	return holder, func() {
+		t.Helper()
 		stop()
-		for range 2 {
+		for range places {
 			if err := <-waiters; !errors.Is(err, ErrNotObtained) {
 				t.Fatalf("a waiter: %v", err)
 			}
@@ -588,5 +585,5 @@ func TestAShortPlaceTimeoutDoesNotCutTheQueueShort(t *testing.T) {
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-	})
+	}
 }
