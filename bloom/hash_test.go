@@ -37,7 +37,7 @@ func TestMurmur3MatchesTheReference(t *testing.T) {
 
 func TestPositionsAreInRangeAndDistinctForAFullCycle(t *testing.T) {
 	// h2 = 0 mod m is where plain double hashing gives k copies of one
-	// position; the enhanced scheme still spreads them.
+	// position; this scheme still spreads them.
 	pos := appendPositions(nil, 5, 1000, 1000, 7)
 	seen := map[int64]bool{}
 	for _, p := range pos {
@@ -56,6 +56,76 @@ func TestPositionsAreInRangeAndDistinctForAFullCycle(t *testing.T) {
 				t.Fatalf("m=%d: position %d out of range", m, p)
 			}
 		}
+	}
+}
+
+// A scheme whose positions depend on (h1 mod m, h2 mod m) alone gives
+// each pair of items the same k positions with chance 1/m²: in a 242-bit
+// layer, about 77 of the 4.5 million pairs of 3,000 items (version 1 of
+// the hashing met its first such pair at the 270th item).
+func TestNoTwoItemsShareAllPositionsInATinyLayer(t *testing.T) {
+	const m, k, n = 242, 21, 3000
+	seen := make(map[string]int, n)
+	for i := range n {
+		h1, h2 := murmur3(fmt.Sprintf("item-%d", i), positionSeed)
+		key := fmt.Sprint(appendPositions(nil, h1, h2, m, k))
+		if j, ok := seen[key]; ok {
+			t.Fatalf("item-%d and item-%d have the same %d positions in %d bits", j, i, k, m)
+		}
+		seen[key] = i
+	}
+}
+
+// Small, tight filters are where a position scheme's floor shows: 20
+// items in 480 bits with k = 17 (sized for 1e-5) should answer strangers
+// present at the theoretical (1 - e^(-kn/m))^k = 9.8e-6; version 1 of the
+// hashing measured about 1e-4 here. 1,000 filters and 1.5 million
+// probes expect 15 false positives.
+func TestSmallFiltersKeepTheirRate(t *testing.T) {
+	const (
+		m, k, n = 480, 17, 20
+		filters = 1000
+		probes  = 1500
+	)
+	theory := math.Pow(1-math.Exp(-float64(k*n)/m), k)
+	set := make([]bool, m)
+	var pos []int64
+	positions := func(item string) []int64 {
+		h1, h2 := murmur3(item, positionSeed)
+		pos = appendPositions(pos[:0], h1, h2, m, k)
+		return pos
+	}
+	present := func(item string) bool {
+		for _, p := range positions(item) {
+			if !set[p] {
+				return false
+			}
+		}
+		return true
+	}
+	fp := 0
+	for f := range filters {
+		clear(set)
+		for i := range n {
+			for _, p := range positions(fmt.Sprintf("f%d-item-%d", f, i)) {
+				set[p] = true
+			}
+		}
+		for i := range n {
+			if item := fmt.Sprintf("f%d-item-%d", f, i); !present(item) {
+				t.Fatalf("%s added but not present", item)
+			}
+		}
+		for j := range probes {
+			if present(fmt.Sprintf("f%d-stranger-%d", f, j)) {
+				fp++
+			}
+		}
+	}
+	rate := float64(fp) / (filters * probes)
+	t.Logf("%d false positives in %d probes: %.2e (theory %.2e)", fp, filters*probes, rate, theory)
+	if rate > 2*theory || rate < theory/3 {
+		t.Fatalf("false-positive rate %.2e, want within %.2e–%.2e", rate, theory/3, 2*theory)
 	}
 }
 

@@ -19,7 +19,7 @@ const (
 
 	// hashVersion names how items become bit positions (hash.go). It is
 	// part of every stored parameter string.
-	hashVersion = "murmur3-x64-128/edh/1"
+	hashVersion = "murmur3-x64-128/triple61/2"
 
 	// tightening is the factor by which each layer of a scalable filter
 	// lowers its false-positive rate: layers at p/2, p/4, p/8, ... sum to
