@@ -67,16 +67,18 @@ func Script(sha string) Match {
 func Any() Match { return func(redis.Cmder) bool { return true } }
 
 // Rule is what happens to the commands one Match selects (or, made with
-// OnDial, to the dials). A rule without Fail, Delay or Hold only counts.
+// OnDial, to the dials). A rule without Fail, LoseReply, Resend, Delay or
+// Hold only counts.
 type Rule struct {
-	f     *Faults
-	match Match // nil for a rule on dials
-	err   error
-	lost  error // like err, but the command runs first: its reply is lost
-	delay time.Duration
-	hold  chan struct{}
-	times int // commands still to affect; < 0 means all
-	hits  int // commands matched, affected or not
+	f      *Faults
+	match  Match // nil for a rule on dials
+	err    error
+	lost   error // like err, but the command runs first: its reply is lost
+	resend bool  // the command runs twice; the caller sees the second reply
+	delay  time.Duration
+	hold   chan struct{}
+	times  int // commands still to affect; < 0 means all
+	hits   int // commands matched, affected or not
 }
 
 // On adds a rule for the commands m selects and returns it for configuring.
@@ -115,6 +117,18 @@ func (r *Rule) Fail(err error) *Rule {
 func (r *Rule) LoseReply(err error) *Rule {
 	r.f.mu.Lock()
 	r.lost = err
+	r.f.mu.Unlock()
+	return r
+}
+
+// Resend runs matched commands twice and gives the caller the second
+// reply, as go-redis does when a reply is lost to a broken connection or
+// a read timeout (Options.MaxRetries, 3 by default): the first run's
+// effects stay, its reply is never seen. A pipeline with a matched
+// command is sent twice as a whole, as go-redis resends pipelines.
+func (r *Rule) Resend() *Rule {
+	r.f.mu.Lock()
+	r.resend = true
 	r.f.mu.Unlock()
 	return r
 }
@@ -168,10 +182,11 @@ func (r *Rule) Hits() int {
 }
 
 type action struct {
-	err   error
-	lost  error
-	delay time.Duration
-	hold  chan struct{}
+	err    error
+	lost   error
+	resend bool
+	delay  time.Duration
+	hold   chan struct{}
 }
 
 // actionFor returns what happens to cmd, or with a nil cmd to a dial.
@@ -200,6 +215,7 @@ func (f *Faults) actionFor(cmd redis.Cmder) action {
 		if r.lost != nil && a.lost == nil {
 			a.lost = r.lost
 		}
+		a.resend = a.resend || r.resend
 		a.delay += r.delay
 		if r.hold != nil && a.hold == nil {
 			a.hold = r.hold
@@ -257,6 +273,10 @@ func (f *Faults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(err)
 			return err
 		}
+		if a.resend {
+			_ = next(ctx, cmd)
+			cmd.SetErr(nil)
+		}
 		err := next(ctx, cmd)
 		if a.lost != nil {
 			cmd.SetErr(a.lost)
@@ -271,16 +291,25 @@ func (f *Faults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (f *Faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var failed error
+		resend := false
 		for _, cmd := range cmds {
-			if err := f.actionFor(cmd).apply(ctx); err != nil && failed == nil {
+			a := f.actionFor(cmd)
+			if err := a.apply(ctx); err != nil && failed == nil {
 				failed = err
 			}
+			resend = resend || a.resend
 		}
 		if failed != nil {
 			for _, cmd := range cmds {
 				cmd.SetErr(failed)
 			}
 			return failed
+		}
+		if resend {
+			_ = next(ctx, cmds)
+			for _, cmd := range cmds {
+				cmd.SetErr(nil)
+			}
 		}
 		return next(ctx, cmds)
 	}
