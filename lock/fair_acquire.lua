@@ -27,7 +27,13 @@ drop_gone(KEYS[3], KEYS[4], now)
 
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] or holder == ARGV[1] .. '+' then
-  return current_fence(KEYS[2]) -- a retry of an attempt whose reply was lost
+  -- Already ours: this is a resend of an attempt whose reply was lost, or
+  -- the attempt of a waiter that was handed the lock by a release whose
+  -- reply was lost. The caller starts its lease from this attempt, later
+  -- than the handover, so the lease restarts here: the caller's deadline
+  -- must never outlast the key.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return current_fence(KEYS[2])
 end
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if not holder and (not first or first == ARGV[1]) then

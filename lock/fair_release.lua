@@ -17,7 +17,8 @@
 -- Reply: {code, fence, placed}. Code 0: not held; 1: released; 2: released
 -- and the first waiter told on the channel KEYS[1] .. ':released'; 4:
 -- handed to ARGV[2], whose fence is the second value; placed is 1 if
--- ARGV[4] was given its place.
+-- ARGV[4] was given its place; 5: not held by the owner, but by ARGV[2]
+-- with the fence given, placed as for 4 (see below).
 --
 -- A release message names the first waiter in the queue, so that only
 -- that waiter's process tries (the others would only renew their places),
@@ -34,6 +35,18 @@
 
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] and v ~= ARGV[1] .. '+' then
+  -- go-redis resends a command whose reply was lost: the first run may
+  -- have handed the lock to ARGV[2]. Its token is random, so the lock
+  -- holds it only if that waiter has it, by this handover or by its own
+  -- attempt; either way it may be told so, with the current fence (5).
+  -- The caller decides by its lease deadline whether this release did it.
+  if ARGV[2] ~= '' and (v == ARGV[2] or v == ARGV[2] .. '+') then
+    local placed = 0
+    if ARGV[4] ~= '' and redis.call('ZSCORE', KEYS[2], ARGV[4]) then
+      placed = 1
+    end
+    return {5, current_fence(KEYS[4]), placed}
+  end
   return {0, 0, 0}
 end
 

@@ -151,6 +151,9 @@ func (l *Lease) Guard(ctx context.Context) (guarded context.Context, cancel cont
 // Unlock releases the lock if this lease still owns it, and wakes waiters.
 // It returns ErrNotHeld if the lease expired or the lock was taken by
 // another owner after it expired; another owner's lock is never released.
+// A lock found no longer this lease's before the lease's local deadline
+// counts as released: then only this release's own first run, resent by
+// go-redis after a lost reply, can have let it go.
 //
 // Unlock stops renewal first. If it returns another error (Redis
 // unreachable), the lock may still be held and is freed when its lease runs
@@ -159,7 +162,27 @@ func (l *Lease) Guard(ctx context.Context) (guarded context.Context, cancel cont
 // (context.WithoutCancel helps).
 func (l *Lease) Unlock(ctx context.Context) error {
 	l.stopRenewal()
+	first := l.live()
 	res, err := l.release(ctx)
+	switch {
+	case err != nil || l.red != nil:
+	case res == 0, res == 5:
+		// Not held (0), or a fair lock already with the waiter this
+		// release hands it to (5). If the lease was live and had not run
+		// out when the answer came, only this release can have let it go:
+		// its first run, resent by go-redis after the reply was lost
+		// (MaxRetries); someone else may have taken the lock since. It
+		// was released then (this Client's waiters are woken, as they may
+		// not hear of it) or handed over; otherwise it had expired.
+		switch {
+		case !first || !l.beforeDeadline():
+			res = 0
+		case res == 5:
+			res = 4
+		default:
+			res = 1
+		}
+	}
 	l.end(context.Canceled)
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
@@ -322,7 +345,9 @@ func (l *Lease) releaseFair(ctx context.Context) (int64, error) {
 	if w != nil {
 		var h handover
 		if err == nil {
-			h = handover{handed: res[0] == 4, fence: res[1], placed: res[2] == 1}
+			// 5: the lock is w's already (a resent handover, see
+			// fair_release.lua); w may be told so either way.
+			h = handover{handed: res[0] == 4 || res[0] == 5, fence: res[1], placed: res[2] == 1}
 		}
 		l.c.handedOver(ctx, w, next, h, err != nil, sent)
 	}
@@ -330,6 +355,21 @@ func (l *Lease) releaseFair(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return res[0], nil
+}
+
+// beforeDeadline reports whether the lease's local deadline, which is
+// never later than the key's expiry in Redis, is still ahead.
+func (l *Lease) beforeDeadline() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Now().Before(l.deadline)
+}
+
+// live reports whether the lease is neither unlocked nor known lost.
+func (l *Lease) live() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.unlocked && (l.ctx == nil || l.ctx.Err() == nil)
 }
 
 // noWaiter is the fair release script's argument for "nobody".

@@ -119,11 +119,16 @@ func TestUnlockNeverFreesAnotherOwnersLock(t *testing.T) {
 		c := newClient(t, rdb)
 		name := redistest.Key(t)
 
-		a, err := c.TryLock(ctx, name, time.Minute)
+		a, err := c.TryLock(ctx, name, 200*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
-		expire(t, rdb, a.key)
+		// A's lease runs out, as A sees it and as Redis does.
+		<-a.Context().Done()
+		redistest.WaitFor(t, 5*time.Second, "the lock key to expire", func() bool {
+			n, err := rdb.Exists(ctx, a.key).Result()
+			return err == nil && n == 0
+		})
 		bLease, err := c.TryLock(ctx, name, time.Minute)
 		if err != nil {
 			t.Fatalf("B could not take the expired lock: %v", err)

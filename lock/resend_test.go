@@ -1,0 +1,287 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/redistest"
+	"github.com/surgekit/surge/internal/script"
+)
+
+// go-redis resends a command whose reply was lost (Options.MaxRetries):
+// a release's first run frees the lock, and the resend finds it gone.
+// Unlock must still report success, and wake this Client's waiter, which
+// would otherwise wait out the lease (a minute here).
+func TestAResentReleaseStillUnlocksAndWakesTheWaiter(t *testing.T) {
+	kinds := []struct {
+		name    string
+		release *script.Script
+		take    func(ctx context.Context, c *Client, name string) (*Lease, error)
+		wait    func(ctx context.Context, c *Client, name string) (*Lease, error)
+	}{
+		{"plain", releaseScript,
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				return c.TryLock(ctx, name, time.Minute)
+			},
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				return c.Lock(ctx, name, time.Minute)
+			}},
+		{"reentrant", releaseScript,
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				return c.TryLock(ctx, name, time.Minute, Reentrant(""))
+			},
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				return c.Lock(ctx, name, time.Minute, Reentrant(""))
+			}},
+		{"fair", fairReleaseScript,
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				return c.TryLock(ctx, name, time.Minute, Fair(time.Minute))
+			},
+			// Another Client: no handover, the release tells it.
+			nil},
+		{"permit", semReleaseScript,
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				s, err := c.Semaphore(name, 1)
+				if err != nil {
+					return nil, err
+				}
+				return s.TryAcquire(ctx, time.Minute)
+			},
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				s, err := c.Semaphore(name, 1)
+				if err != nil {
+					return nil, err
+				}
+				return s.Acquire(ctx, time.Minute)
+			}},
+		{"write", releaseScript,
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				rw, err := c.RWLock(name)
+				if err != nil {
+					return nil, err
+				}
+				return rw.TryLock(ctx, time.Minute)
+			},
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				rw, err := c.RWLock(name)
+				if err != nil {
+					return nil, err
+				}
+				return rw.Lock(ctx, time.Minute)
+			}},
+		{"read share", rwReadReleaseScript,
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				rw, err := c.RWLock(name)
+				if err != nil {
+					return nil, err
+				}
+				return rw.TryRLock(ctx, time.Minute)
+			},
+			func(ctx context.Context, c *Client, name string) (*Lease, error) {
+				rw, err := c.RWLock(name)
+				if err != nil {
+					return nil, err
+				}
+				return rw.Lock(ctx, time.Minute)
+			}},
+	}
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, k := range kinds {
+			t.Run(k.name, func(t *testing.T) {
+				ctx := context.Background()
+				name := redistest.Key(t)
+				faults := redistest.NewFaults()
+				c := newClient(t, b.Client(t, faults))
+				held, err := k.take(ctx, c, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait := k.wait
+				waiter := c
+				if wait == nil {
+					waiter = newClient(t, b.Client(t))
+					wait = func(ctx context.Context, c *Client, name string) (*Lease, error) {
+						return c.Lock(ctx, name, time.Minute, Fair(time.Minute))
+					}
+				}
+				wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				defer cancel()
+				got := make(chan result, 1)
+				go func() {
+					l, err := wait(wctx, waiter, name)
+					got <- result{l, err}
+				}()
+				redistest.WaitFor(t, 10*time.Second, "the waiter to wait", func() bool { return waiting(waiter, held) })
+				// Loaded first: EVALSHA's NOSCRIPT would be what is resent.
+				if err := b.Client(t).ScriptLoad(ctx, k.release.Source()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				resent := faults.On(redistest.Script(k.release.Hash())).Resend().Times(1)
+				if err := held.Unlock(ctx); err != nil {
+					t.Fatalf("Unlock with its reply lost and resent: %v", err)
+				}
+				if resent.Hits() != 1 {
+					t.Fatalf("%d releases resent, want 1", resent.Hits())
+				}
+				// Woken by the release, well before the minute's lease.
+				r := <-got
+				if r.err != nil {
+					t.Fatalf("the waiter: %v", r.err)
+				}
+				if err := r.l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	})
+}
+
+// result is what a waiter's Lock returned.
+type result struct {
+	l   *Lease
+	err error
+}
+
+// waiting reports whether c has a waiter queued for held's lock.
+func waiting(c *Client, held *Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queues[held.key]
+	return q != nil && len(q.waiters) > 0 && q.isConfirmed
+}
+
+// A fair release that hands the lock to a waiter of its Client, resent
+// after a lost reply, finds the lock already the waiter's: the waiter is
+// still told at once, and its lease never outlasts the lock in Redis.
+func TestAResentFairHandoverStillHandsTheLockOver(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		name := redistest.Key(t)
+		faults := redistest.NewFaults()
+		c := newClient(t, b.Client(t, faults))
+		held, err := c.TryLock(ctx, name, time.Minute, Fair(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		got := make(chan result, 1)
+		go func() {
+			l, err := c.Lock(wctx, name, 2*time.Second, Fair(time.Minute))
+			got <- result{l, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the waiter's place", func() bool { return queued(t, b, held) == 1 })
+		if err := b.Client(t).ScriptLoad(ctx, fairReleaseScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		resent := faults.On(redistest.Script(fairReleaseScript.Hash())).Resend().Times(1)
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock with its reply lost and resent: %v", err)
+		}
+		if resent.Hits() != 1 {
+			t.Fatalf("%d releases resent, want 1", resent.Hits())
+		}
+		// Told at once: without it, the waiter would come back only when
+		// its place needs renewing, 20 s from now.
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("the waiter: %v", r.err)
+		}
+		l := r.l
+		if l.Fence() <= held.Fence() {
+			t.Fatalf("fence %d after %d", l.Fence(), held.Fence())
+		}
+		// The lease's deadline is no later than the key's expiry.
+		// (PTTL rounds down to the millisecond.)
+		pttl, err := b.Client(t).PTTL(ctx, held.key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.mu.Lock()
+		left := time.Until(l.deadline)
+		l.mu.Unlock()
+		if left > pttl+time.Millisecond {
+			t.Fatalf("the lease runs %v more, the key %v", left, pttl)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A Redlock node whose SET reply was lost and resent answers with the
+// lock it holds for us: that counts as granted, not as another owner's.
+func redlockCountsAResentSetAsGranted(t *testing.T, clients []*redis.Client) {
+	ctx := context.Background()
+	faults := redistest.NewFaults()
+	nodes := make([]*redis.Client, len(clients))
+	for i, c := range clients {
+		nodes[i] = redis.NewClient(&redis.Options{Addr: c.Options().Addr, MaxRetries: -1})
+		t.Cleanup(func() { _ = nodes[i].Close() })
+		if i < 3 {
+			nodes[i].AddHook(faults)
+		}
+	}
+	r := newRedlock(t, nodes)
+	// A majority of the nodes resend.
+	resent := faults.On(redistest.Command("set")).Resend().Times(3)
+	l, err := r.TryLock(ctx, "order:resent", time.Minute)
+	if err != nil {
+		t.Fatalf("TryLock with three SETs resent: %v", err)
+	}
+	if resent.Hits() != 3 {
+		t.Fatalf("%d SETs resent, want 3", resent.Hits())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := holders(t, clients, "order:resent"); n != 0 {
+		t.Fatalf("%d nodes still hold the lock", n)
+	}
+	if _, err := r.TryLock(ctx, "order:resent", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.TryLock(ctx, "order:resent", time.Minute); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("a second owner: %v, want ErrNotObtained", err)
+	}
+}
+
+// An attempt that finds the fair lock already its own (a handover whose
+// reply was lost, or a resent attempt) starts the caller's lease from its
+// own send time, later than when the key's lease began: the key's lease
+// restarts with it, or the caller would count on a lock Redis has freed.
+func TestAFairAttemptThatFindsTheLockItsOwnRestartsTheLease(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newClient(t, b.Client(t))
+		l, err := c.TryLock(ctx, redistest.Key(t), time.Minute, Fair(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As if the key's lease had begun long before this attempt.
+		if err := b.Client(t).PExpire(ctx, l.key, 200*time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ok, _, err := c.acquire(ctx, l, false, false)
+		if err != nil || !ok {
+			t.Fatalf("attempt on a lock it holds: %v %v", ok, err)
+		}
+		pttl, err := b.Client(t).PTTL(ctx, l.key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.mu.Lock()
+		left := time.Until(l.deadline)
+		l.mu.Unlock()
+		if left > pttl+time.Millisecond {
+			t.Fatalf("the lease runs %v more, the key %v", left, pttl)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
