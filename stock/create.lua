@@ -8,6 +8,9 @@
 -- ARGV[5]  the item's lifetime in ms, used when ARGV[6] is 0
 -- ARGV[6]  the item's expiry (ms since the epoch, Redis clock), or 0 to
 --          start it now: bucket 0 starts it and the others share it
+-- ARGV[7]  the Create call's id, random per call, kept as field "c": a
+--          run resent by go-redis after a lost reply finds its own id and
+--          answers "created" as the first run did
 --
 -- Reply: {1, expiry} created; {0, expiry} it exists with these settings;
 -- {-1} it exists with other settings.
@@ -16,9 +19,12 @@
 -- hold one empty placeholder each so that they exist, and no later script
 -- ever creates a key (or one without its TTL). Scripts skip the
 -- placeholders.
-local s = redis.call('HMGET', KEYS[1], 'n', 'k', 'limit', 'exp')
+local s = redis.call('HMGET', KEYS[1], 'n', 'k', 'limit', 'exp', 'c')
 if s[1] then
   if s[1] == ARGV[2] and s[2] == ARGV[3] and s[3] == ARGV[4] then
+    if s[5] == ARGV[7] then
+      return {1, tonumber(s[4])}
+    end
     return {0, tonumber(s[4])}
   end
   return {-1}
@@ -28,7 +34,7 @@ if exp == 0 then
   exp = records().now_ms() + tonumber(ARGV[5])
 end
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'available', ARGV[1], 'held', 0, 'sold', 0,
-  'n', ARGV[2], 'k', ARGV[3], 'limit', ARGV[4], 'exp', string.format('%d', exp))
+  'n', ARGV[2], 'k', ARGV[3], 'limit', ARGV[4], 'exp', string.format('%d', exp), 'c', ARGV[7])
 redis.call('ZADD', KEYS[2], '+inf', '')
 redis.call('RPUSH', KEYS[3], '')
 for i = 1, 3 do

@@ -64,6 +64,18 @@
 // instead of selling it and reports ErrReturned, so a late payment is
 // refunded rather than shipped from stock another buyer already got.
 //
+// go-redis resends a command whose reply was lost to a broken connection
+// or a read timeout (Options.MaxRetries, 3 by default), so any script may
+// run twice. Each is written so that the second run changes nothing and
+// answers as the first did: Reserve replays the order (Replayed may then
+// be true for the call that reserved it), Confirm and Cancel find the
+// order already in the state they leave it in, Create and Restock carry
+// an id of their own call (a resent Restock does not add its units
+// again), and after a Sweep the sold-out cache is cleared whatever it
+// reports. A Restock that returns an error is a different matter: it may
+// or may not have added its units, and calling it again adds them again,
+// so check Levels first.
+//
 // # Data model
 //
 // An item lives in one or more buckets. Each bucket has three keys under

@@ -182,9 +182,10 @@ func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error
 		}
 		return nil
 	})
-	if units > 0 {
-		c.clearSoldOut(item)
-	}
+	// Cleared even when no units came back here: go-redis may have resent
+	// a sweep whose first run returned units, whose reply was lost. A
+	// needless clear costs at most one trip to Redis per quantity.
+	c.clearSoldOut(item)
 	return units, err
 }
 

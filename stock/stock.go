@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -122,10 +123,11 @@ func (c *Counter) Create(ctx context.Context, item string, spec Item) (bool, err
 	l := c.layoutFor(item, max(spec.Buckets, 1))
 	created := false
 	var expiry int64 // set by bucket 0, shared by the others
+	id := rand.Text()
 	for _, b := range l.buckets {
 		share := splitShare(spec.Total, l.n, b.index)
-		args := append(createScript.Args(3, 9), b.keys[:]...)
-		args = append(args, share, l.n, b.index, spec.PerBuyer, ttl.Milliseconds(), expiry)
+		args := append(createScript.Args(3, 10), b.keys[:]...)
+		args = append(args, share, l.n, b.index, spec.PerBuyer, ttl.Milliseconds(), expiry, id)
 		res, err := createScript.Ints(ctx, c.rdb, args)
 		if err != nil {
 			return created, fmt.Errorf("stock: create %q: %w", item, err)
@@ -163,13 +165,14 @@ func (c *Counter) Restock(ctx context.Context, item string, units int64) error {
 	if units <= 0 {
 		return fmt.Errorf("%w: restock of %d units", ErrInvalid, units)
 	}
+	id := rand.Text()
 	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
 		share := splitShare(units, l.n, b.index)
 		if share == 0 {
 			return nil
 		}
-		args := append(restockScript.Args(3, 5), b.keys[:]...)
-		_, err := c.call(ctx, item, restockScript, append(args, share, l.n))
+		args := append(restockScript.Args(3, 6), b.keys[:]...)
+		_, err := c.call(ctx, item, restockScript, append(args, share, l.n, id))
 		return err
 	})
 	c.clearSoldOut(item)
