@@ -2,6 +2,7 @@ package counter
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -93,4 +94,13 @@ func (c *Client) nowArg() any {
 		return c.clock().UnixMilli()
 	}
 	return ""
+}
+
+// newToken returns 128 random bits: a name no other call will ever pick.
+// A script that stores its call's token with its write can tell, when
+// go-redis sends it again after a lost reply, that the write it finds is
+// its own.
+func newToken() (t [16]byte) {
+	_, _ = rand.Read(t[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return t
 }

@@ -97,6 +97,21 @@
 // not sliding windows (a burst may straddle a boundary: use package
 // ratelimit for smooth rates).
 //
+// # Calls sent twice
+//
+// go-redis sends a command again when its reply is lost to a broken
+// connection or a read timeout (Options.MaxRetries, 3 by default), so a
+// script may run twice or more with the same arguments, the caller seeing
+// only the last run's reply. What that does here:
+//
+//   - CompareAndSet reports its write, with the version its first run
+//     stamped, not a conflict: each write keeps a random token of its call
+//     (field w of the hash), and a run that finds its own token knows the
+//     write is its own. Only another write between the two runs hides it,
+//     and the call then reports ErrConflict although its write landed.
+//   - CompareAndDelete that finds no value returns ErrNotExist, not
+//     ErrConflict: the value is gone, perhaps deleted by this very call.
+//
 // # Unique counts, sign-in calendars and versioned values
 //
 // AddUnique, CountUnique and CountUniqueBetween count distinct items per

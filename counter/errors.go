@@ -13,4 +13,12 @@ var (
 	// the value's version is no longer the one the caller read: someone
 	// else wrote it in between. Load it again, reapply the change, retry.
 	ErrConflict = errors.New("counter: version conflict")
+
+	// ErrNotExist is returned by CompareAndDelete when the value does not
+	// exist: it was deleted, or it expired. That may be this very call's
+	// doing: go-redis sends a command again when its reply is lost, and
+	// the second run then finds the value its first run deleted. So it is
+	// not a conflict: no one else's write was in the way. Most callers
+	// treat it as done.
+	ErrNotExist = errors.New("counter: value does not exist")
 )

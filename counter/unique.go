@@ -2,7 +2,6 @@ package counter
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"time"
@@ -145,10 +144,7 @@ func (c *Client) CountUniqueBetween(ctx context.Context, key string, w Window, f
 		return cmd.Val(), nil
 	}
 
-	scratch, err := scratchKey(base)
-	if err != nil {
-		return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
-	}
+	scratch := scratchKey(base)
 	args := uniqueCountScript.Args(1+len(keys), 3+len(keys))
 	args = append(args, scratch)
 	args = append(args, keys...)
@@ -167,12 +163,9 @@ func (c *Client) CountUniqueBetween(ctx context.Context, key string, w Window, f
 // script may merge into it on a cluster, and with 128 random bits, so
 // that two concurrent calls never merge into each other's. Its suffix
 // ":union:" is no period label, so it never names a count.
-func scratchKey(base string) (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return base + ":union:" + hex.EncodeToString(b[:]), nil
+func scratchKey(base string) string {
+	t := newToken()
+	return base + ":union:" + hex.EncodeToString(t[:])
 }
 
 // uniqueBase returns the key of key's unique count without a period.

@@ -2,6 +2,7 @@ package counter
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,12 +12,14 @@ import (
 
 // Versioned values: optimistic concurrency for data that several writers
 // edit (a team's shared wish list). Each value is one Redis hash,
-// prefix{key}:v, with the fields data (the bytes) and ver (the version, in
-// decimal). Every write runs in one script that compares the stored version
-// with the one the writer read and, only if they are equal, writes the data
-// under a new version stamped from Redis's clock. A writer that read a value
-// someone has since changed gets ErrConflict instead of overwriting that
-// change: it loads the value again, reapplies its edit and retries.
+// prefix{key}:v, with the fields data (the bytes), ver (the version, in
+// decimal) and w (a random token of the call that wrote them, in hex;
+// values written before w was kept lack it, and work as before). Every
+// write runs in one script that compares the stored version with the one
+// the writer read and, only if they are equal, writes the data under a new
+// version stamped from Redis's clock. A writer that read a value someone
+// has since changed gets ErrConflict instead of overwriting that change:
+// it loads the value again, reapplies its edit and retries.
 
 // versionedSuffix ends the key of a versioned value's hash.
 const versionedSuffix = ":v"
@@ -105,6 +108,15 @@ func (c *Client) Load(ctx context.Context, key string) (Value, error) {
 // expect), nothing is written and the error wraps ErrConflict and names the
 // current version: Load the value again, reapply the change and retry.
 //
+// go-redis sends a command again when its reply is lost (a broken
+// connection, a read timeout; Options.MaxRetries), and the second run then
+// finds this call's own write where it expects expect. Each write keeps a
+// random token of its call (in a field Load never reads), so that run
+// still reports the write, with the version the first run stamped: a
+// caller who retries on ErrConflict does not apply its change twice. The
+// exception: if another write landed between the two runs, the error is
+// ErrConflict although this call's write landed (and was overwritten).
+//
 // ttl > 0 makes the value expire ttl after this write (rounded up to the
 // millisecond); ttl 0 makes it never expire, removing an expiry an earlier
 // write set, as SET does. Either way the expiry is set in the same script
@@ -127,8 +139,10 @@ func (c *Client) CompareAndSet(ctx context.Context, key string, expect Version, 
 		data = []byte{}
 	}
 	ttlMillis := int64((ttl + time.Millisecond - 1) / time.Millisecond)
-	args := versionedSetScript.Args(1, 6)
-	args = append(args, k, int64(expect)/versionSeqs, int64(expect)%versionSeqs, data, ttlMillis, c.versionNowArg())
+	tok := newToken()
+	args := versionedSetScript.Args(1, 7)
+	args = append(args, k, int64(expect)/versionSeqs, int64(expect)%versionSeqs, data, ttlMillis, c.versionNowArg(),
+		hex.EncodeToString(tok[:]))
 	res, err := versionedSetScript.Ints(ctx, c.rdb, args)
 	if err != nil {
 		return 0, fmt.Errorf("counter: %q: %w", key, err)
@@ -144,9 +158,15 @@ func (c *Client) CompareAndSet(ctx context.Context, key string, expect Version, 
 }
 
 // CompareAndDelete deletes the value of key if its version is still expect,
-// the version the caller loaded. If someone else wrote or deleted it since,
-// nothing is deleted and the error wraps ErrConflict and names the current
-// version (0 if the value no longer exists).
+// the version the caller loaded. If someone else wrote it since, nothing is
+// deleted and the error wraps ErrConflict and names the current version.
+//
+// If the value no longer exists, the error wraps ErrNotExist (and not
+// ErrConflict): it was deleted or expired. This call may have deleted it
+// itself: go-redis sends a command again when its reply is lost
+// (Options.MaxRetries), and the second run finds the value gone. Either
+// way this call overruled no one's write, and most callers treat
+// ErrNotExist as done.
 //
 // expect must be a version Load or CompareAndSet returned: 0 (or an empty
 // key) is an error wrapping ErrInvalid, and never reaches Redis.
@@ -167,6 +187,10 @@ func (c *Client) CompareAndDelete(ctx context.Context, key string, expect Versio
 	ok, cur, err := versionedReply(res)
 	if err != nil {
 		return fmt.Errorf("counter: %q: %w", key, err)
+	}
+	if !ok && cur == 0 {
+		return fmt.Errorf("%w: %q: expected version %d; it was deleted (perhaps by this call: go-redis sends a call again when its reply is lost) or it expired",
+			ErrNotExist, key, expect)
 	}
 	if !ok {
 		return versionConflict(key, expect, cur)

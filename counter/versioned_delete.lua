@@ -1,15 +1,16 @@
 -- versioned_delete.lua: compare-and-delete of a versioned value. Deletes it
 -- only if the stored version is the one the caller expects.
 --
--- KEYS[1]  the value's hash: field data, field ver (versioned_set.lua says
---          how a version is stored)
+-- KEYS[1]  the value's hash: fields data, ver and w (versioned_set.lua
+--          says how a version is stored)
 -- ARGV[1]  expected version, microseconds part
 -- ARGV[2]  expected version, sequence part (0..999); never both 0 (Go
 --          refuses: a value that does not exist cannot be deleted)
 --
 -- Reply: {1, 0, 0}: deleted.
 --        {0, us, seq}: not deleted; the current version's parts ({0, 0, 0}:
---        the value does not exist).
+--        the value does not exist: deleted, perhaps by this call's first
+--        run if this is a resend, or expired; Go says so, not "conflict").
 local key = KEYS[1]
 local us, seq, ver, bad = current_version(key)
 if bad then

@@ -2,7 +2,8 @@
 -- data only if the stored version is the one the caller expects, and stamps
 -- the write with a new version taken from Redis's clock.
 --
--- KEYS[1]  the value's hash: field data (the bytes), field ver (the version)
+-- KEYS[1]  the value's hash: field data (the bytes), field ver (the
+--          version), field w (the token of the call that wrote them)
 -- ARGV[1]  expected version, microseconds part (0 with ARGV[2] 0: the value
 --          must not exist)
 -- ARGV[2]  expected version, sequence part (0..999)
@@ -10,8 +11,12 @@
 -- ARGV[4]  time to live in milliseconds; 0 for none (an old expiry is
 --          removed, as SET does)
 -- ARGV[5]  now in microseconds, or '' for Redis TIME (tests pin the clock)
+-- ARGV[6]  the call's token: random, never used by another call
 --
 -- Reply: {1, us, seq}: written; us and seq are the new version's parts.
+--        Also when this is a resend whose first run wrote (the stored
+--        token is ARGV[6]): us and seq are then the version that run
+--        stamped. A write by another call in between hides it: {0, ...}.
 --        {0, us, seq}: not written; the current version's parts ({0, 0, 0}:
 --        the value does not exist).
 --
@@ -22,12 +27,18 @@
 -- by side (the decimal of us*1000 + seq), and splits the last three digits
 -- off when it reads ver back. Go combines the parts into an int64.
 local key = KEYS[1]
-local us, seq, ver, bad = current_version(key)
+local us, seq, ver, bad, writer = current_version(key)
 if bad then
   return bad
 end
 
 if us ~= tonumber(ARGV[1]) or seq ~= tonumber(ARGV[2]) then
+  -- go-redis sends a script again when its reply is lost. If the last
+  -- write is this call's own, its first run wrote: report that write, or
+  -- a caller who retries on a conflict would apply its change twice.
+  if writer == ARGV[6] then
+    return {1, us, seq}
+  end
   return {0, us, seq}
 end
 
@@ -50,7 +61,7 @@ else
   us, seq = us + 1, 0
 end
 
-redis.call('HSET', key, 'data', ARGV[3], 'ver', string.format('%d%03d', us, seq))
+redis.call('HSET', key, 'data', ARGV[3], 'ver', string.format('%d%03d', us, seq), 'w', ARGV[6])
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then
   redis.call('PEXPIRE', key, ttl)

@@ -96,8 +96,11 @@ func TestVersionedLifecycle(t *testing.T) {
 		if got := mustLoad(t, c, key); got.Version != 0 || got.Data != nil {
 			t.Fatalf("after delete Load = %+v, want Value{}", got)
 		}
-		// Gone: deleting it again, or updating it, is a conflict (current 0).
-		wantConflict(t, "second delete", c.CompareAndDelete(ctx, key, v2), 0)
+		// Gone: deleting it again says so, and is no conflict; updating it
+		// is one (current 0).
+		if err := c.CompareAndDelete(ctx, key, v2); !errors.Is(err, ErrNotExist) || errors.Is(err, ErrConflict) {
+			t.Fatalf("second delete: err = %v, want ErrNotExist and no conflict", err)
+		}
 		_, err = c.CompareAndSet(ctx, key, v2, []byte("x"), 0)
 		wantConflict(t, "update after delete", err, 0)
 		if !strings.Contains(err.Error(), "does not exist") {
@@ -398,6 +401,114 @@ func TestVersionedRefusesForeignData(t *testing.T) {
 			if n, err := rdb.Exists(ctx, k).Result(); err != nil || n != 1 {
 				t.Errorf("%s: the key is gone (EXISTS %d, %v)", name, n, err)
 			}
+		}
+	})
+}
+
+// go-redis sends a script again when its reply is lost. A CompareAndSet
+// whose first run wrote then finds the version it stamped, not the one
+// the caller expects: it must still report its write, with that version,
+// or a load-modify-retry loop applies its change a second time.
+func TestVersionedResentWriteReportsItsWrite(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newClient(t, b.Client(t, f))
+		key := redistest.Key(t)
+
+		var v1 Version
+		var err error
+		resent(t, f, versionedSetScript, func() {
+			v1, err = c.CompareAndSet(ctx, key, 0, []byte("0"), time.Hour)
+		})
+		if err != nil {
+			t.Fatalf("resent create: %v, want nil", err)
+		}
+		if got := mustLoad(t, c, key); string(got.Data) != "0" || got.Version != v1 || v1 <= 0 {
+			t.Fatalf("after a resent create Load = {%q, %d}, want {0, %d}", got.Data, got.Version, v1)
+		}
+
+		// The loop of TestVersionedNoLostUpdates, with every write resent.
+		var v2 Version
+		resent(t, f, versionedSetScript, func() {
+			for range 3 {
+				v := mustLoad(t, c, key)
+				n, aerr := strconv.Atoi(string(v.Data))
+				if aerr != nil {
+					t.Fatalf("stored %q: %v", v.Data, aerr)
+				}
+				v2, err = c.CompareAndSet(ctx, key, v.Version, []byte(strconv.Itoa(n+1)), time.Hour)
+				if !errors.Is(err, ErrConflict) {
+					break
+				}
+			}
+		})
+		if got := mustLoad(t, c, key); err != nil || string(got.Data) != "1" || got.Version != v2 || v2 <= v1 {
+			t.Fatalf("one increment, resent: CompareAndSet said %d, %v; Load = {%q, %d}; want the write of 1 reported, with its version, above %d",
+				v2, err, got.Data, got.Version, v1)
+		}
+
+		// Only the call that wrote is vouched for: a stale write, resent,
+		// is still refused.
+		resent(t, f, versionedSetScript, func() {
+			_, err = c.CompareAndSet(ctx, key, v1, []byte("stale"), 0)
+		})
+		wantConflict(t, "resent stale write", err, v2)
+		if got := mustLoad(t, c, key); string(got.Data) != "1" || got.Version != v2 {
+			t.Fatalf("after a resent stale write Load = {%q, %d}, want {1, %d}", got.Data, got.Version, v2)
+		}
+	})
+}
+
+// A CompareAndDelete whose first run deleted the value finds nothing on
+// the second: that is no conflict (nobody else's write got in its way),
+// and the answer says the value does not exist.
+func TestVersionedResentDeleteSaysTheValueIsGone(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newClient(t, b.Client(t, f))
+		key := redistest.Key(t)
+		v := mustCAS(t, c, key, 0, "lamp", 0)
+
+		var err error
+		resent(t, f, versionedDeleteScript, func() { err = c.CompareAndDelete(ctx, key, v) })
+		if !errors.Is(err, ErrNotExist) || errors.Is(err, ErrConflict) {
+			t.Fatalf("resent delete: %v, want ErrNotExist and no conflict", err)
+		}
+		if got := mustLoad(t, c, key); got.Version != 0 || got.Data != nil {
+			t.Fatalf("after a resent delete Load = %+v, want Value{}", got)
+		}
+	})
+}
+
+// Values written before CompareAndSet kept its token in the hash (fields
+// data and ver only) are read, updated and deleted as before.
+func TestVersionedValuesWithoutATokenStillWork(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		key := redistest.Key(t)
+		k, err := c.key(key, versionedSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := Version(time.Now().UnixMicro() * versionSeqs)
+		if err := rdb.HSet(ctx, k, "data", "lamp", "ver", strconv.FormatInt(int64(old), 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustLoad(t, c, key); string(got.Data) != "lamp" || got.Version != old {
+			t.Fatalf("Load = {%q, %d}, want {lamp, %d}", got.Data, got.Version, old)
+		}
+		_, err = c.CompareAndSet(ctx, key, 0, []byte("rug"), 0)
+		wantConflict(t, "create over an old value", err, old)
+		v := mustCAS(t, c, key, old, "lamp, kettle", 0)
+		if got := mustLoad(t, c, key); string(got.Data) != "lamp, kettle" || got.Version != v || v <= old {
+			t.Fatalf("after an update Load = {%q, %d}, want {lamp, kettle, %d} above %d", got.Data, got.Version, v, old)
+		}
+		if err := c.CompareAndDelete(ctx, key, v); err != nil {
+			t.Fatalf("delete: %v", err)
 		}
 	})
 }
