@@ -12,11 +12,16 @@ import (
 
 // Sign-in calendars: which days a user signed in, made up and was
 // rewarded for. Kept as a hash of dates per user, such calendars once cost
-// 30 GB; here a month is one Redis string of 2-bit marks per day, at most
-// 8 bytes of data, under prefix{user}:cal:YYYY-MM. Day d of the month is
-// the field at bit offset 2*(d-1), most significant bit first: the layout
-// of BITFIELD key GET u2 #(d-1), so other tools can read a calendar with
-// plain Redis commands.
+// 30 GB; here a month is one Redis string under prefix{user}:cal:YYYY-MM,
+// 25 bytes: 8 bytes of 2-bit marks per day, then the random token of the
+// call that made the last change (16 bytes) and the mark it replaced (one
+// digit), by which a call that go-redis sends again after a lost reply
+// knows the change it finds is its own. Day d of the month is the field
+// at bit offset 2*(d-1), most significant bit first: the layout of
+// BITFIELD key GET u2 #(d-1), so other tools can read a calendar with
+// plain Redis commands. Calendars written before the token was kept are
+// only the bytes of days up to the last one marked; they read the same,
+// and their next change writes the whole 25 bytes.
 //
 // A day is a civil date, the caller's: the Date of the time.Time passed in,
 // in its own Location. The caller knows the user's time zone and so
@@ -81,6 +86,12 @@ type MonthView struct {
 // already had a mark, so a second sign-in on one day (a retry, a double
 // tap) changes nothing and can be told apart from the first.
 //
+// A call that go-redis sends again after its reply was lost
+// (Options.MaxRetries) is the same call, not a second one: if its first
+// run made the change, it reports true. That holds for MakeUp and Reward
+// too, unless another change of the user's month lands between the two
+// runs (then false, although the change was this call's).
+//
 // Any day may be signed in, a future one included: the caller decides
 // which day is the user's today. A day whose calendar would already have
 // expired (CalendarRetentionDays after its month) is ErrInvalid.
@@ -103,7 +114,8 @@ func (c *Client) MakeUp(ctx context.Context, user string, day time.Time) (bool, 
 // Reward marks a signed-in or made-up day rewarded and reports whether it
 // did: false if the day was already rewarded, or never signed. Give the
 // reward only on true: the check and the change are one atomic step, so
-// concurrent claims of one day's reward succeed once.
+// concurrent claims of one day's reward succeed once. A call sent again
+// after a lost reply still reports true (see SignIn).
 func (c *Client) Reward(ctx context.Context, user string, day time.Time) (bool, error) {
 	return c.mark(ctx, "reward", user, day, Rewarded, marks(1<<SignedIn|1<<MadeUp))
 }
@@ -119,8 +131,9 @@ func (c *Client) mark(ctx context.Context, op, user string, day time.Time, to Ma
 		return false, fmt.Errorf("%w: calendar %q: %s is older than the calendar keeps (%d days after its month)",
 			ErrInvalid, user, day.Format(time.DateOnly), CalendarRetentionDays)
 	}
-	args := calendarMarkScript.Args(1, 5)
-	args = append(args, k, d-1, int(to), int(from), exp.UnixMilli())
+	tok := newToken()
+	args := calendarMarkScript.Args(1, 6)
+	args = append(args, k, d-1, int(to), int(from), exp.UnixMilli(), string(tok[:]))
 	res, err := calendarMarkScript.Ints(ctx, c.rdb, args)
 	if err != nil {
 		return false, fmt.Errorf("counter: %s %q on %s: %w", op, user, day.Format(time.DateOnly), err)

@@ -258,8 +258,10 @@ func TestACalendarMonthIsTinyAndExpires(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n, err := rdb.StrLen(ctx, k).Result(); err != nil || n != 8 {
-			t.Fatalf("STRLEN %d %v, want 8 bytes for a month with its 31st marked", n, err)
+		// 8 bytes of days, then the last change's token (16 bytes) and the
+		// mark it replaced (1 digit).
+		if n, err := rdb.StrLen(ctx, k).Result(); err != nil || n != 8+16+1 {
+			t.Fatalf("STRLEN %d %v, want 25", n, err)
 		}
 		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Fatalf("PTTL %v, want > 0", ttl)
@@ -311,8 +313,9 @@ func TestCalendarIsTheLayoutOfBITFIELD(t *testing.T) {
 	})
 }
 
-// The same marks leave the same bytes on miniredis and on Redis, and they
-// are the bytes of the documented layout.
+// The same marks leave the same days on miniredis and on Redis, and they
+// are the bytes of the documented layout; the last change's token and the
+// mark it replaced follow.
 func TestCalendarBytesAreTheSameOnBothBackends(t *testing.T) {
 	var raw []string
 	for _, name := range []string{redistest.Mini, redistest.Single} {
@@ -333,9 +336,13 @@ func TestCalendarBytesAreTheSameOnBothBackends(t *testing.T) {
 	// 1 signed in 01, 2 rewarded 11, 3 signed in 01, 4 made up 10 |
 	// 5 signed in 01, 6 rewarded 11, 7 none, 8 signed in 01 | ... |
 	// 29 none, 30 signed in 01.
+	// Then a random token (16 bytes) and '2': the last change rewarded
+	// the 6th, which was made up.
 	want := "\x76\x71\x00\x00\x00\x00\x00\x10"
-	if raw[0] != raw[1] || raw[0] != want {
-		t.Fatalf("miniredis % x, redis % x, want % x", raw[0], raw[1], want)
+	for _, s := range raw {
+		if len(s) != 8+16+1 || s[:8] != want || s[24] != '2' {
+			t.Fatalf("miniredis % x, redis % x, want % x, 16 bytes of token, then '2'", raw[0], raw[1], want)
+		}
 	}
 }
 
@@ -416,4 +423,110 @@ func TestCalendarMarkNames(t *testing.T) {
 			t.Errorf("Mark(%d).String() = %q, want %q", m, got, want)
 		}
 	}
+}
+
+// go-redis sends a script again when its reply is lost. A mark whose first
+// run changed the day then finds its own mark there: the call must still
+// report the change, or a reward reported false is never given, and can
+// never be claimed again.
+func TestCalendarResentMarkReportsItsChange(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		c := newClient(t, b.Client(t, f))
+		ctx := context.Background()
+		user := redistest.Key(t)
+		y := calendarYear()
+		pinned(c, time.Date(y, 11, 20, 12, 0, 0, 0, time.UTC))
+		day, missed := date(y, 11, 10, time.UTC), date(y, 11, 9, time.UTC)
+
+		for _, s := range []struct {
+			what string
+			call func(context.Context, string, time.Time) (bool, error)
+			day  time.Time
+		}{
+			{"sign in", c.SignIn, day},
+			{"make up", c.MakeUp, missed},
+			{"reward a signed-in day", c.Reward, day},
+			{"reward a made-up day", c.Reward, missed},
+		} {
+			var done bool
+			var err error
+			resent(t, f, calendarMarkScript, func() { done, err = s.call(ctx, user, s.day) })
+			if err != nil || !done {
+				t.Fatalf("%s, resent: %v %v, want done", s.what, done, err)
+			}
+		}
+		// Each reward is still given once.
+		for _, d := range []time.Time{day, missed} {
+			if done, err := c.Reward(ctx, user, d); err != nil || done {
+				t.Fatalf("reward %v again: %v %v, want not done", d.Format(time.DateOnly), done, err)
+			}
+		}
+		v, err := c.Month(ctx, user, y, time.November)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Days[8] != Rewarded || v.Days[9] != Rewarded || v.Total != 2 {
+			t.Fatalf("November 9 %v, 10 %v, total %d; want rewarded, rewarded, 2", v.Days[8], v.Days[9], v.Total)
+		}
+	})
+}
+
+// Calendars written before the marks kept their token (at most 8 bytes of
+// days, fewer if the last days were never marked) are read and changed as
+// before.
+func TestCalendarsWithoutATokenStillWork(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		ctx := context.Background()
+		user := redistest.Key(t)
+		y := calendarYear()
+		pinned(c, time.Date(y, 11, 20, 12, 0, 0, 0, time.UTC))
+		k, exp, err := c.calendarKey(user, y, time.November)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 1 signed in, 2 rewarded, 3 signed in, 4 made up | 5 signed in,
+		// 6 rewarded, 7 none, 8 signed in: the first two bytes of
+		// TestCalendarBytesAreTheSameOnBothBackends, as SETRANGE left them.
+		if err := rdb.Set(ctx, k, "\x76\x71", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.PExpireAt(ctx, k, exp).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Streak(ctx, user, date(y, 11, 6, time.UTC)); err != nil || n != 6 {
+			t.Fatalf("Streak to the 6th: %d %v, want 6", n, err)
+		}
+		for _, s := range []struct {
+			what string
+			call func(context.Context, string, time.Time) (bool, error)
+			day  int
+			done bool
+		}{
+			{"reward the 1st", c.Reward, 1, true},
+			{"reward the 2nd again", c.Reward, 2, false},
+			{"sign in the 3rd again", c.SignIn, 3, false},
+			{"make up the 7th", c.MakeUp, 7, true},
+			{"sign in the 30th", c.SignIn, 30, true},
+		} {
+			if done, err := s.call(ctx, user, date(y, 11, s.day, time.UTC)); err != nil || done != s.done {
+				t.Fatalf("%s: %v %v, want %v", s.what, done, err, s.done)
+			}
+		}
+		v, err := c.Month(ctx, user, y, time.November)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[int]Mark{1: Rewarded, 2: Rewarded, 3: SignedIn, 4: MadeUp, 5: SignedIn, 6: Rewarded, 7: MadeUp, 8: SignedIn, 30: SignedIn}
+		for i, m := range v.Days {
+			if m != want[i+1] {
+				t.Errorf("November %d: %v, want %v", i+1, m, want[i+1])
+			}
+		}
+		if v.Total != len(want) {
+			t.Errorf("Total %d, want %d", v.Total, len(want))
+		}
+	})
 }

@@ -111,6 +111,11 @@
 //     and the call then reports ErrConflict although its write landed.
 //   - CompareAndDelete that finds no value returns ErrNotExist, not
 //     ErrConflict: the value is gone, perhaps deleted by this very call.
+//   - SignIn, MakeUp and Reward report true when their first run made the
+//     change, so a reward is not lost: the calendar keeps the random token
+//     of the call that made its last change. Only another change of the
+//     same user's month between the two runs hides it (the call then
+//     reports false).
 //
 // # Unique counts, sign-in calendars and versioned values
 //
@@ -123,11 +128,13 @@
 // count instead of taking the union).
 //
 // SignIn, MakeUp, Reward, Month and Streak keep a user's sign-in calendar
-// in 2 bits per day (unmarked, signed in, made up, rewarded): one string of
-// at most 8 bytes per user and month under prefix{user}:cal:YYYY-MM, laid
-// out as BITFIELD u2 would (day d at bit 2*(d-1)). The scripts change a
-// day with GETRANGE and SETRANGE, which miniredis has too. A day is the
-// caller's civil date: the caller knows the user's time zone.
+// in 2 bits per day (unmarked, signed in, made up, rewarded): one string
+// per user and month under prefix{user}:cal:YYYY-MM, its first 8 bytes
+// laid out as BITFIELD u2 would (day d at bit 2*(d-1)), then 17 bytes
+// that tell a resent call its own change (see above). The script changes
+// a day with GET and SET ... PXAT and arithmetic, not BITFIELD, which
+// miniredis lacks. A day is the caller's civil date: the caller knows the
+// user's time zone.
 //
 // Load, CompareAndSet and CompareAndDelete keep a value (a hash under
 // prefix{key}:v) with a version stamped from Redis TIME: a write succeeds
