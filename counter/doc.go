@@ -116,6 +116,22 @@
 //     of the call that made its last change. Only another change of the
 //     same user's month between the two runs hides it (the call then
 //     reports false).
+//   - Incr and Take may count twice, on the strict side: no count passes
+//     its cap, so a resent call costs the user a unit not used, or is
+//     told refused (Counted, Allowed false) although its first run
+//     counted; a rerun that falls in the next period counts in both.
+//     They are left so: the error only ever refuses, and a count stays a
+//     plain decimal that other tools read with GET, with no room for a
+//     call's token. Where a double count matters, give New a client that does not resend
+//     (redis.Options or redis.RingOptions with MaxRetries -1; a
+//     ClusterClient resends through redirects, so ClusterOptions with
+//     MaxRedirects -1, which also stops it following MOVED while slots
+//     migrate): a lost reply is then an error, after which the call
+//     counted once or not at all. Or make the request idempotent before
+//     it counts (an idempotency key upstream).
+//   - AddUnique whose first run added new items reports false: the items
+//     are in when the second run adds them. The count is right; treat
+//     the changed flag as a hint.
 //
 // # Unique counts, sign-in calendars and versioned values
 //

@@ -68,7 +68,8 @@ type Outcome struct {
 }
 
 // Incr adds n to l's count if the result stays within l.Cap, in one atomic
-// step, and reports the count. It is Take with one required Op.
+// step, and reports the count. It is Take with one required Op, and like
+// Take may count twice when go-redis resends it after a lost reply.
 func (c *Client) Incr(ctx context.Context, l Limit, n int64) (Count, error) {
 	out, err := c.Take(ctx, Op{Limit: l, N: n})
 	if err != nil {
@@ -87,6 +88,9 @@ func (c *Client) Incr(ctx context.Context, l Limit, n int64) (Count, error) {
 // All the Ops' keys must hash to one Redis Cluster slot (see Limit.Key);
 // Take checks it on every deployment, so that code tested on one server
 // does not fail on a cluster.
+//
+// A call that go-redis sends again after its reply was lost may count
+// twice, never past a cap (see "Calls sent twice" in the package doc).
 func (c *Client) Take(ctx context.Context, ops ...Op) (Outcome, error) {
 	if len(ops) == 0 {
 		return Outcome{}, fmt.Errorf("%w: Take needs at least one Op", ErrInvalid)

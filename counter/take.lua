@@ -19,6 +19,10 @@
 -- are 1 or 0; value is the count after this call. Or {-1, now} when the
 -- Redis clock is not in a period named (period.lua): nothing was counted.
 --
+-- A resend of this script (go-redis, after a lost reply) counts again,
+-- within the caps: the count stays a plain decimal other tools can GET,
+-- with no room for a call's token (doc.go, "Calls sent twice").
+--
 -- Why periods in key names: the count of today cannot be reset by an
 -- expiry at midnight. The caller computes the names (it knows the time
 -- zone rules); the Redis clock checks them, so machines with skewed clocks

@@ -7,7 +7,8 @@
 --          one count of take.lua but without "optional"
 --
 -- Reply: {allowed, value, counted}, as take.lua's; or {-1, now} when the
--- Redis clock is not in the period named (period.lua).
+-- Redis clock is not in the period named (period.lua). A resend counts
+-- again, within the cap, as take.lua's does.
 if outside(ARGV[1], ARGV[4], ARGV[5]) then
   return {-1, clock_now}
 end

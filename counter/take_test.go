@@ -448,3 +448,49 @@ func TestAClockFarOffCountsInRedissPeriodAndLearnsTheDifference(t *testing.T) {
 		}
 	})
 }
+
+// go-redis sends a script again when its reply is lost, and Incr and Take
+// then count again: left so, and documented (doc.go, "Calls sent twice"),
+// because it errs on the strict side. This pins that side: no count
+// passes its cap, and the rerun that does not fit changes nothing.
+func TestAResentCountErrsOnTheStrictSide(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		c := newClient(t, b.Client(t, f))
+		ctx := context.Background()
+		tag := "{" + redistest.Key(t) + "}"
+		l := Limit{Key: tag + ":tries", Cap: 3, TTL: time.Minute}
+
+		var got Count
+		var err error
+		resent(t, f, takeOneScript, func() { got, err = c.Incr(ctx, l, 1) })
+		if err != nil || !got.Counted || got.Value != 2 {
+			t.Fatalf("resent Incr on 0: %+v %v, want counted, twice: value 2", got, err)
+		}
+		resent(t, f, takeOneScript, func() { got, err = c.Incr(ctx, l, 1) })
+		if err != nil || got.Counted || got.Value != 3 {
+			t.Fatalf("resent Incr on 2: %+v %v, want counted by the first run only: value 3, reported not counted", got, err)
+		}
+		if got, err := c.Get(ctx, l); err != nil || got.Value != 3 {
+			t.Fatalf("Get: %+v %v, want 3, the cap", got, err)
+		}
+
+		draws := Limit{Key: tag + ":draws", Cap: 3, TTL: time.Minute}
+		wins := Limit{Key: tag + ":wins", Cap: 1, TTL: time.Minute}
+		var out Outcome
+		resent(t, f, takeScript, func() {
+			out, err = c.Take(ctx, Op{Limit: draws, N: 1}, Op{Limit: wins, N: 1, Optional: true})
+		})
+		if err != nil || !out.Allowed || out.Counts[0].Value != 2 || out.Counts[1].Counted || out.Counts[1].Value != 1 {
+			t.Fatalf("resent Take: %+v %v, want allowed, 2 draws, the win counted once (by the first run)", out, err)
+		}
+		for _, want := range []struct {
+			l Limit
+			v int64
+		}{{draws, 2}, {wins, 1}} {
+			if got, err := c.Get(ctx, want.l); err != nil || got.Value != want.v {
+				t.Fatalf("Get %s: %+v %v, want %d", want.l.Key, got, err, want.v)
+			}
+		}
+	})
+}

@@ -40,8 +40,10 @@ const scratchTTL = 10 * time.Second
 // AddUnique adds items to the unique count of key in the current period of
 // w and reports whether the estimate changed: false means every item was
 // (probably) counted before, in this period. (miniredis, in tests, may
-// also report true for items it has seen.) The zero Window keeps one
-// count forever, without expiry.
+// also report true for items it has seen.) A call that go-redis sends
+// again after its reply was lost reports false too, its first run having
+// added the items: the count is right, the flag only a hint. The zero
+// Window keeps one count forever, without expiry.
 //
 // The Redis clock decides the period, as in Take, and the period's key is
 // written together with its expiry, shortly after the period ends, in the

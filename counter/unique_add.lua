@@ -9,8 +9,9 @@
 -- ARGV[4]  the key's expiry in ms since the epoch ("0": none)
 -- ARGV[5..] the items, at least one
 --
--- Reply: {1} if the estimate changed (PFADD's reply), else {0}; or
--- {-1, now} when the Redis clock is not in the period named (period.lua).
+-- Reply: {1} if the estimate changed (PFADD's reply), else {0} (so {0}
+-- from a resend whose first run added the items); or {-1, now} when the
+-- Redis clock is not in the period named (period.lua).
 --
 -- The expiry is set on every add, not only when the key is born: it is
 -- the same instant each time (the period's end plus a fixed margin), so
