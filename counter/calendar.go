@@ -87,10 +87,10 @@ type MonthView struct {
 // tap) changes nothing and can be told apart from the first.
 //
 // A call that go-redis sends again after its reply was lost
-// (Options.MaxRetries) is the same call, not a second one: if its first
-// run made the change, it reports true. That holds for MakeUp and Reward
-// too, unless another change of the user's month lands between the two
-// runs (then false, although the change was this call's).
+// (Options.MaxRetries) is still one call: if its first run made the
+// change, it reports true, unless another change of the user's month
+// landed between the two runs (then false, although the change was this
+// call's). The same holds for MakeUp and Reward.
 //
 // Any day may be signed in, a future one included: the caller decides
 // which day is the user's today. A day whose calendar would already have
