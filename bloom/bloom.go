@@ -2,12 +2,15 @@ package bloom
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -53,6 +56,9 @@ type Filter struct {
 type shard struct {
 	// keys holds the meta hash, then the bitmap of each layer, boxed once.
 	keys []any
+	// replyPrefix starts the keys under which add scripts keep their
+	// replies (see replyKey).
+	replyPrefix string
 	// known is how many layers the Filter believes the shard has; a
 	// script that finds more says so and the call is repeated.
 	known atomic.Int32
@@ -75,6 +81,36 @@ const (
 	maxInFlight = 2
 	maxBatch    = 64
 )
+
+// replyTTL is how long an add script keeps its reply for go-redis to
+// fetch by sending the call again after losing the reply (see replyKey).
+// With go-redis's defaults a resend follows the run it repeats by at most
+// the rest of the lost read (ReadTimeout, 5 s), a backoff (under 100 ms
+// for MaxRetries 3) and a connection (at once, or up to PoolTimeout, 6 s,
+// when every pooled one is busy): about 5 s, 11 s in a starved pool.
+// Each resend that finds the reply keeps it replyTTL more, for the next.
+// Thirty seconds leave room for a loaded server and raised timeouts;
+// longer would only hold more keys, one per call that added an item.
+const replyTTL = 30 * time.Second
+
+// replyTTLArg is replyTTL in milliseconds, boxed once for the scripts.
+var replyTTLArg any = replyTTL.Milliseconds()
+
+// replyKey returns a key, on the shard's hash tag, under which one add
+// script call keeps its reply: the reply of a call that added an item is
+// lost with the connection, go-redis sends the same call again, and the
+// second run, which finds every item present, answers with the first
+// run's reply instead. 128 random bits make the key the call's own, so
+// neither other calls that land in between nor the calls this package
+// sends again on purpose (with more layers, or for the rest of a batch)
+// can be answered with it.
+func (sh *shard) replyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	var h [32]byte
+	hex.Encode(h[:], b[:])
+	return sh.replyPrefix + string(h[:])
+}
 
 // New returns a fixed-size filter named name, sized to hold capacity
 // items at the false-positive rate rate: m = -capacity·ln(rate)/(ln 2)^2
@@ -142,6 +178,7 @@ func newFilter(rdb RedisClient, name string, capacity int64, rate float64, scala
 		}
 		sh := &f.shards[i]
 		sh.keys = keys
+		sh.replyPrefix = tag + ":r:"
 		sh.known.Store(1)
 		sh.adds.MaxInFlight, sh.adds.MaxBatch = maxInFlight, maxBatch
 		sh.lookups.MaxInFlight, sh.lookups.MaxBatch = maxInFlight, maxBatch
@@ -196,8 +233,10 @@ func (f *Filter) ready(ctx context.Context) error {
 // Add adds item to the filter and reports whether it was new: whether it
 // set at least one bit that was clear. The test and the set are one
 // script, so of two concurrent Adds of an item not yet in the filter,
-// exactly one reports true. A false result means the item was present or
-// is a false positive (it collides with items added before).
+// exactly one reports true, also when go-redis sends the script again
+// after losing its reply (see the package doc). A false result means the
+// item was present or is a false positive (it collides with items added
+// before).
 //
 // Concurrent Adds (and concurrent Exists calls) of one Filter coalesce:
 // while two script calls for a shard are in flight, the calls that arrive
@@ -375,14 +414,15 @@ func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bo
 // fixedArgs builds the call of add_fixed or exists_fixed for g.
 func (f *Filter) fixedArgs(s *script.Script, add bool, g *group) []any {
 	l := f.layers[0]
+	sh := &f.shards[g.shard]
 	var a []any
 	if add {
-		a = s.Args(2, 4+len(g.items)*l.hashes)
+		a = s.Args(3, 6+len(g.items)*l.hashes)
+		a = append(a, sh.keys[0], sh.keys[1], sh.replyKey(), f.paramStr, l.hashes, replyTTLArg)
 	} else {
 		a = s.ArgsRO(2, 4+len(g.items)*l.hashes)
+		a = append(a, sh.keys[0], sh.keys[1], f.paramStr, l.hashes)
 	}
-	keys := f.shards[g.shard].keys
-	a = append(a, keys[0], keys[1], f.paramStr, l.hashes)
 	var pos [64]int64
 	for _, item := range g.items {
 		h1, h2 := murmur3(item, positionSeed)
@@ -429,13 +469,14 @@ func (f *Filter) args(add bool, g *group) []any {
 	}
 	var a []any
 	if add {
-		a = addScript.Args(1+known, 4+2*known+len(g.items)*stride)
+		a = addScript.Args(2+known, 7+3*known+len(g.items)*stride)
 		a = append(a, sh.keys[:1+known]...)
+		a = append(a, sh.replyKey())
 		scalable := "0"
 		if f.scalable {
 			scalable = "1"
 		}
-		a = append(a, f.paramStr, known, scalable)
+		a = append(a, f.paramStr, known, scalable, replyTTLArg)
 		for _, l := range layers {
 			a = append(a, l.hashes)
 		}
