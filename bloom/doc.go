@@ -66,13 +66,19 @@
 //	                        newest layer)
 //	prefix{name:i}:bits:j   string: the bitmap of layer j (a fixed filter
 //	                        has only layer 0)
+//	prefix{name:i}:r:<id>   string: the reply of one Add script call that
+//	                        added an item, for 30 s (see Guarantees); <id>
+//	                        is 128 random bits, new for every call
 //
 // Every call is one Lua script per shard it touches: Add sets an item's k
 // bits with SETBIT and Exists reads them with GETBIT, stopping at the
-// first clear one, so an absent item costs about two reads. The scripts
-// use no BITFIELD and no Lua bit library, so they run unchanged on Redis
-// 7 and on miniredis. AddMany and ExistsMany send a whole batch in one
-// call per shard, all shards in one pipeline.
+// first clear one, so an absent item costs about two reads. An Add script
+// call runs one command more, shared by the items it carries: when it
+// added an item it keeps its reply (a SET of a key of about 170 bytes
+// that lives 30 s), otherwise it looks for one (a GET); see Guarantees.
+// The scripts use no BITFIELD and no Lua bit library, so they run
+// unchanged on Redis 7 and on miniredis. AddMany and ExistsMany send a
+// whole batch in one call per shard, all shards in one pipeline.
 //
 // Concurrent Add (and concurrent Exists) calls of one Filter coalesce per
 // shard: while two script calls for the shard are in flight, the calls
@@ -125,10 +131,28 @@
 //   - Add's "new" is atomic: the test and the set are one script, so of
 //     concurrent Adds of an item not yet present, exactly one reports
 //     true. It is the basis of "first time we see this id" logic, with
-//     the filter's rate as the chance of a wrong false. The true can be
-//     lost with a reply: an Add cancelled in flight may have set the
-//     bits, and so may a batch of Adds whose sender gave up in flight,
-//     which the others then send again and see as present.
+//     the filter's rate as the chance of a wrong false.
+//   - A lost reply does not lose the true. go-redis sends a command again
+//     when its reply is lost (a broken connection, a read timeout; up to
+//     MaxRetries times), and a pipeline as a whole, and the second run
+//     finds the items the first added. So each Add script call (one per
+//     shard, for all the items of a coalesced batch or an AddMany) carries
+//     a random id: a run that added an item keeps its reply under it, and
+//     a run that added nothing returns the kept reply if there is one, so
+//     every caller gets the first run's answers, whatever other calls (or
+//     a new layer) landed in between. A run that added nothing keeps
+//     nothing: bits are never cleared, so a second run answers the same.
+//     A reply is kept 30 s, and 30 s more each time a resend finds it;
+//     with its default timeouts go-redis resends within about 5 s (11 s
+//     when every pooled connection is busy). A resend later than that
+//     finds the items present and reports them not new; one after Drop
+//     adds them to the new, empty filter.
+//   - A true can still be lost where nothing is resent: an Add whose
+//     context ends while its call is in flight returns an error, though
+//     the call may have set the bits (Add the item again to be sure: it
+//     then reports false); and when the Add that sent a coalesced batch
+//     gives up so, the other Adds of the batch send it again as a call of
+//     their own, which finds their items present.
 //   - A batch is atomic per shard, not across shards.
 //   - Count estimates the number of distinct items from the bits set,
 //     n ≈ -(m/k)·ln(1 - set/m) per layer (Swamidass and Baldi, 2007).
