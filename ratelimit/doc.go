@@ -97,10 +97,13 @@
 // admits exactly Threshold; the ban is one key written with its expiry in
 // the same command, so it always ends, and Verdict.BanLeft says when. Hits
 // during a ban neither count nor lengthen it, unless Penalty.Extend asks
-// for that. Banned only looks; Pardon lifts a ban. Limiter.PenaltyMiddleware
-// puts a penalty box in front of a net/http handler: every request is a
-// hit, and a banned key's requests get 429 with a Retry-After of the ban's
-// remaining seconds instead of reaching the handler.
+// for that. A hit sent twice (go-redis resends a command whose reply was
+// lost) counts once and gets the first run's answer, unless another hit of
+// the key came in between. Banned only looks; Pardon lifts a ban.
+// Limiter.PenaltyMiddleware puts a penalty box in front of a net/http
+// handler: every request is a hit, and a banned key's requests get 429
+// with a Retry-After of the ban's remaining seconds instead of reaching
+// the handler.
 //
 // # HTTP
 //
@@ -138,7 +141,11 @@
 // ban at prefix{key}:p<threshold>/<window ms>/<ban ms>:n and :b.
 // The prefix is "surge:rl:" unless WithPrefix changes it. GCRA and fixed
 // window keys are strings, the sliding log a sorted set, the sliding window
-// a hash; each expires when it no longer matters.
+// a hash; each expires when it no longer matters. A penalty box's count is
+// a string "<hits>:<token>" and its ban a string holding a token (the hit
+// that last wrote it); a bare count and a ban holding "1", as earlier
+// versions wrote them, read the same (an earlier version reads the new
+// count as no hits, for the rest of its window).
 //
 // # Failure
 //

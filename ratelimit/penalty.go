@@ -116,6 +116,13 @@ type Verdict struct {
 // its threshold, window and ban): prefix + {key} + ":p<threshold>/<window
 // ms>/<ban ms>" + ":n" for the count and ":b" for the ban. Both are
 // written with their TTL, and any found without one is given it back.
+//
+// A hit counts once even when go-redis sends it twice (it resends a
+// command whose reply was lost, Options.MaxRetries): each hit carries a
+// random token that the keys keep, and a second run that finds its own
+// token answers as the first did, so the hit that starts a ban still
+// reports Threshold+1. Only another hit of the same key in between hides
+// the token; the second run then counts the hit again, as it always did.
 func (l *Limiter) Hit(ctx context.Context, key string, p Penalty) (Verdict, error) {
 	return l.penalty(ctx, key, p, true)
 }
@@ -145,15 +152,18 @@ func (l *Limiter) penalty(ctx context.Context, key string, p Penalty, hit bool) 
 	if err != nil {
 		return Verdict{}, err
 	}
-	mode, extend := "0", "0"
+	mode, extend, token := "0", "0", ""
 	if hit {
-		mode = "1"
+		// The token marks what this hit writes, so that a second run of
+		// the script (go-redis resends it when the reply is lost) knows
+		// the hit was counted.
+		mode, token = "1", newToken()
 	}
 	if p.Extend {
 		extend = "1"
 	}
-	args := penaltyScript.Args(2, 7)
-	args = append(args, count, ban, mode, p.Threshold, millis(p.Window), millis(p.Ban), extend)
+	args := penaltyScript.Args(2, 8)
+	args = append(args, count, ban, mode, p.Threshold, millis(p.Window), millis(p.Ban), extend, token)
 	res, err := penaltyScript.Ints(ctx, l.rdb, args)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("ratelimit: penalty %q: %w", key, err)

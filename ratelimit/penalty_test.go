@@ -367,3 +367,118 @@ func TestPenaltyKeysShareATag(t *testing.T) {
 		}
 	}
 }
+
+// go-redis sends a script again when its reply is lost (a broken
+// connection, a read timeout), and the caller sees the second run's reply.
+// A hit sent twice counts once: counted twice, the hit at the threshold
+// started a whole ban.
+func TestAHitSentTwiceCountsOnce(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		l := newLimiter(t, rdb)
+		key := redistest.Key(t)
+		p := Penalty{Threshold: 2, Window: time.Minute, Ban: time.Hour}
+		mustHit(t, l, key, p) // loads the script, so the resend below runs it
+		resend := f.On(redistest.Script(penaltyScript.Hash())).Resend().Times(1)
+		if v := mustHit(t, l, key, p); v.Banned || v.Hits != 2 || v.BanLeft != 0 {
+			t.Fatalf("hit 2, run twice: %+v, want admitted with 2 hits", v)
+		}
+		if n := resend.Hits(); n != 1 {
+			t.Fatalf("%d hits sent twice, want 1", n)
+		}
+		if v := mustLook(t, l, key, p); v.Banned || v.Hits != 2 {
+			t.Fatalf("Banned after 2 hits, one run twice: %+v, want not banned, 2 hits", v)
+		}
+		count, ban, _ := l.penaltyKeys(key, p)
+		if n := rdb.Exists(ctx, ban).Val(); n != 0 {
+			t.Fatal("the hit run twice left a ban key")
+		}
+		penaltyTTLs(t, rdb, l, key, p, p.Window)
+		if n := rdb.Exists(ctx, count).Val(); n != 1 {
+			t.Fatal("the count is gone")
+		}
+		// The window still admits exactly Threshold: the next hit is the
+		// one over it.
+		if v := mustHit(t, l, key, p); !v.Banned || v.Hits != 3 || v.BanLeft != p.Ban {
+			t.Fatalf("hit 3: %+v, want the ban started with 3 hits", v)
+		}
+	})
+}
+
+// The run of a hit that finds the ban its own first run started answers as
+// that run did: banned, by the hit over the threshold.
+func TestAHitThatStartedABanSentTwiceSaysSo(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, extend := range []bool{false, true} {
+			f := redistest.NewFaults()
+			rdb := b.Client(t, f)
+			l := newLimiter(t, rdb)
+			key := redistest.Key(t)
+			p := Penalty{Threshold: 1, Window: time.Minute, Ban: time.Hour, Extend: extend}
+			mustHit(t, l, key, p)
+			resend := f.On(redistest.Script(penaltyScript.Hash())).Resend().Times(1)
+			v := mustHit(t, l, key, p)
+			if !v.Banned || v.Hits != 2 || v.BanLeft <= 0 || v.BanLeft > p.Ban {
+				t.Fatalf("extend %v: the hit over the threshold, run twice: %+v, want the ban's start (2 hits, up to %v left)", extend, v, p.Ban)
+			}
+			if n := resend.Hits(); n != 1 {
+				t.Fatalf("%d hits sent twice, want 1", n)
+			}
+			if v := mustLook(t, l, key, p); !v.Banned || v.BanLeft <= 0 || v.BanLeft > p.Ban {
+				t.Fatalf("extend %v: Banned after the ban started: %+v", extend, v)
+			}
+			count, _, _ := l.penaltyKeys(key, p)
+			if n := rdb.Exists(context.Background(), count).Val(); n != 0 {
+				t.Fatalf("extend %v: the count outlived the ban's start", extend)
+			}
+			penaltyTTLs(t, rdb, l, key, p, p.Ban)
+			// Anyone else's hit during the ban is not its start.
+			if v := mustHit(t, l, key, p); !v.Banned || v.Hits != 0 {
+				t.Fatalf("extend %v: a later hit during the ban: %+v, want banned with 0 hits", extend, v)
+			}
+		}
+	})
+}
+
+// Counts and bans written by an earlier version (a bare count, a ban
+// holding '1') read as before, resent hits included.
+func TestPenaltyReadsKeysOfTheEarlierFormat(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		l := newLimiter(t, rdb)
+		key := redistest.Key(t)
+		p := Penalty{Threshold: 3, Window: time.Minute, Ban: time.Hour}
+		mustLook(t, l, key, p) // loads the script
+		count, ban, _ := l.penaltyKeys(key, p)
+		if err := rdb.Set(ctx, count, "2", 30*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v := mustLook(t, l, key, p); v.Banned || v.Hits != 2 {
+			t.Fatalf("Banned over a bare count of 2: %+v", v)
+		}
+		f.On(redistest.Script(penaltyScript.Hash())).Resend().Times(1)
+		if v := mustHit(t, l, key, p); v.Banned || v.Hits != 3 {
+			t.Fatalf("a hit run twice over a bare count of 2: %+v, want admitted with 3 hits", v)
+		}
+		// What was left of the window, not a new one.
+		penaltyTTLs(t, rdb, l, key, p, 30*time.Second)
+
+		if err := l.Pardon(ctx, key, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Set(ctx, ban, "1", 30*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v := mustLook(t, l, key, p); !v.Banned || v.BanLeft <= 0 || v.BanLeft > 30*time.Second {
+			t.Fatalf("Banned during a ban holding '1': %+v", v)
+		}
+		f.On(redistest.Script(penaltyScript.Hash())).Resend().Times(1)
+		if v := mustHit(t, l, key, p); !v.Banned || v.Hits != 0 || v.BanLeft > 30*time.Second {
+			t.Fatalf("a hit run twice during a ban holding '1': %+v, want banned with 0 hits", v)
+		}
+	})
+}

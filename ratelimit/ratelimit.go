@@ -273,9 +273,7 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 		mode = modeArgs[1]
 	}
 	if needToken {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		token = hex.EncodeToString(b[:])
+		token = newToken()
 	}
 	args = append(args, now, mode, token)
 	for _, c := range checks {
@@ -301,4 +299,12 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 		d.Allowed = d.Allowed && r[0] == 1
 	}
 	return d, nil
+}
+
+// newToken returns 64 random bits in hex, to tell one call's writes from
+// every other call's.
+func newToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
