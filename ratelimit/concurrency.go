@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/surgekit/surge/internal/script"
@@ -59,12 +60,37 @@ func (e *LimitedError) Unwrap() error { return ErrLimited }
 // It is held until Release, or until its lease ends if the holder never
 // releases it (a crash, a hung call): the slot then returns by itself. A
 // request that may outlive its lease calls Extend in time. A Slot is safe
-// for concurrent use; its methods do not keep local state, Redis decides.
+// for concurrent use. Redis decides whether it is held; the Slot keeps
+// only an early estimate of its lease's end, to tell a slot that was
+// already released from one that was lost (see Release).
 type Slot struct {
 	l    *Limiter
 	key  string // the caller's key, for errors
 	rkey string // the Redis key of the key's slots
 	id   string
+
+	// turn is held by the Extend in progress: Redis then applies a Slot's
+	// extensions in the order they set deadline.
+	turn chan struct{}
+
+	mu sync.Mutex
+	// deadline is the lease's end, never later than Redis's: measured on
+	// the Limiter's clock from before the call that set the lease was
+	// sent, less a millisecond for Redis's whole-millisecond clock.
+	deadline time.Time
+	released bool // a Release has returned nil
+}
+
+// newSlot returns the Slot of id, whose lease of lease was sent at sent.
+func newSlot(l *Limiter, key, rkey, id string, sent time.Time, lease time.Duration) *Slot {
+	return &Slot{l: l, key: key, rkey: rkey, id: id, turn: make(chan struct{}, 1), deadline: leaseEnd(sent, lease)}
+}
+
+// leaseEnd is when a lease of lease sent at sent ends at the earliest:
+// Redis counts it from its own clock in whole milliseconds, rounded down,
+// so its lease may end up to a millisecond before sent + lease.
+func leaseEnd(sent time.Time, lease time.Duration) time.Time {
+	return sent.Add(lease - time.Millisecond)
 }
 
 // TryAcquire takes a slot for one request under a concurrency limit: at
@@ -105,12 +131,13 @@ func (l *Limiter) TryAcquire(ctx context.Context, key string, limit int64, lease
 
 	args := slotAcquireScript.Args(1, 5)
 	args = append(args, rkey, l.nowMillis(), limit, millis(lease), id)
+	sent := l.now()
 	res, err := slotAcquireScript.Ints(ctx, l.rdb, args)
 	if err != nil {
 		// The script may have run and its reply been lost: the slot would
 		// be held for the whole lease with nobody to release it, and a
 		// retry would take a second one. Give it back, best effort.
-		s := &Slot{l: l, key: key, rkey: rkey, id: id}
+		s := newSlot(l, key, rkey, id, sent, lease)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseAfterErrorTimeout)
 		_ = s.Release(rctx)
 		cancel()
@@ -127,7 +154,7 @@ func (l *Limiter) TryAcquire(ctx context.Context, key string, limit int64, lease
 			RetryAfter: time.Duration(res[2]) * time.Millisecond,
 		}
 	}
-	return &Slot{l: l, key: key, rkey: rkey, id: id}, nil
+	return newSlot(l, key, rkey, id, sent, lease), nil
 }
 
 // releaseAfterErrorTimeout bounds the release TryAcquire sends after an
@@ -139,6 +166,16 @@ const releaseAfterErrorTimeout = time.Second
 // ErrSlotLost: the request ran longer than its lease, and another request
 // may have been admitted in its place. Releasing twice returns
 // ErrSlotLost the second time.
+//
+// A Release that finds the slot gone before its lease can have ended
+// (measured from before the lease was sent) returns nil: the slot was
+// given back by this very call, whose reply was lost and which go-redis
+// sent again (Options.MaxRetries), or by an earlier Release of this Slot
+// that returned an error. A second run that comes after the lease's end
+// cannot be told from a lost lease and returns ErrSlotLost. (Someone
+// deleting the key, or a failover losing it, also makes a live slot
+// vanish; Release then returns nil too, as it is not held and its lease
+// had not ended.)
 func (s *Slot) Release(ctx context.Context) error {
 	if s == nil {
 		return fmt.Errorf("%w: nil slot", ErrInvalid)
@@ -149,16 +186,28 @@ func (s *Slot) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ratelimit: release %q: %w", s.key, err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if n != 1 {
-		return fmt.Errorf("%w: %q: the lease had ended or the slot was released", ErrSlotLost, s.key)
+		if s.released {
+			return fmt.Errorf("%w: %q: the slot was released already", ErrSlotLost, s.key)
+		}
+		if !s.l.now().Before(s.deadline) {
+			return fmt.Errorf("%w: %q: the lease had ended or the slot was released", ErrSlotLost, s.key)
+		}
+		// Not held, though the lease cannot have ended: only a release
+		// of this Slot removes a live slot (short of someone deleting
+		// the key, or a failover losing it).
 	}
+	s.released = true
 	return nil
 }
 
 // Extend gives the slot a new lease of lease from now (which may be
 // shorter than what was left). If the lease had already ended it returns
 // an error matching ErrSlotLost and the slot stays lost: another request
-// may hold it.
+// may hold it. Extends of one Slot take turns, so that the Slot's estimate
+// of its lease's end follows them in the order Redis applies them.
 func (s *Slot) Extend(ctx context.Context, lease time.Duration) error {
 	if s == nil {
 		return fmt.Errorf("%w: nil slot", ErrInvalid)
@@ -166,8 +215,22 @@ func (s *Slot) Extend(ctx context.Context, lease time.Duration) error {
 	if lease < time.Millisecond {
 		return fmt.Errorf("%w: lease %v is below 1ms", ErrInvalid, lease)
 	}
+	select {
+	case s.turn <- struct{}{}:
+		defer func() { <-s.turn }()
+	case <-ctx.Done():
+		return fmt.Errorf("ratelimit: extend %q: %w", s.key, ctx.Err())
+	}
 	args := slotExtendScript.Args(1, 4)
 	args = append(args, s.rkey, s.l.nowMillis(), s.id, millis(lease))
+	end := leaseEnd(s.l.now(), lease)
+	// A shorter lease holds in Redis from the moment the script runs,
+	// whether or not its reply arrives: the estimate moves first.
+	s.mu.Lock()
+	if end.Before(s.deadline) {
+		s.deadline = end
+	}
+	s.mu.Unlock()
 	n, err := slotExtendScript.Int(ctx, s.l.rdb, args)
 	if err != nil {
 		return fmt.Errorf("ratelimit: extend %q: %w", s.key, err)
@@ -175,7 +238,20 @@ func (s *Slot) Extend(ctx context.Context, lease time.Duration) error {
 	if n != 1 {
 		return fmt.Errorf("%w: %q: the lease had ended or the slot was released", ErrSlotLost, s.key)
 	}
+	s.mu.Lock()
+	s.deadline = end
+	s.mu.Unlock()
 	return nil
+}
+
+// now is the Limiter's clock: the pinned one, or the local clock (whose
+// monotonic reading measures leases as Redis does, from when they were
+// sent).
+func (l *Limiter) now() time.Time {
+	if l.clock == nil {
+		return time.Now()
+	}
+	return l.clock()
 }
 
 // nowMillis is the scripts' "now" argument: the pinned clock in

@@ -340,3 +340,98 @@ func TestMillisRoundsUp(t *testing.T) {
 		}
 	}
 }
+
+// go-redis sends a script again when its reply is lost, and the caller
+// sees the second run's reply: a Release run twice finds its slot gone. It
+// must report the release, not a lost slot.
+func TestAReleaseSentTwiceReleases(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		l := newLimiter(t, rdb)
+		key := redistest.Key(t)
+		if err := mustAcquire(t, l, key, 1, time.Minute).Release(ctx); err != nil { // loads the scripts
+			t.Fatal(err)
+		}
+		s := mustAcquire(t, l, key, 1, time.Minute)
+		resend := f.On(redistest.Script(slotReleaseScript.Hash())).Resend().Times(1)
+		if err := s.Release(ctx); err != nil {
+			t.Fatalf("Release run twice: %v, want nil", err)
+		}
+		if n := resend.Hits(); n != 1 {
+			t.Fatalf("%d releases sent twice, want 1", n)
+		}
+		// The slot is free: the set went with its last slot.
+		if n := rdb.Exists(ctx, slotsKey(t, l, key)).Val(); n != 0 {
+			t.Fatal("the slots key outlived its last slot")
+		}
+		if err := s.Release(ctx); !errors.Is(err, ErrSlotLost) {
+			t.Fatalf("second Release: %v, want ErrSlotLost", err)
+		}
+		if err := s.Extend(ctx, time.Minute); !errors.Is(err, ErrSlotLost) {
+			t.Fatalf("Extend after Release: %v, want ErrSlotLost", err)
+		}
+		mustAcquire(t, l, key, 1, time.Minute)
+	})
+}
+
+// A Release that failed may still have run; called again, it finds the
+// slot gone while its lease still held: released, not lost.
+func TestAReleaseRepeatedAfterAnErrorReleases(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		l := newLimiter(t, b.Client(t, f))
+		key := redistest.Key(t)
+		if err := mustAcquire(t, l, key, 1, time.Minute).Release(ctx); err != nil { // loads the scripts
+			t.Fatal(err)
+		}
+		s := mustAcquire(t, l, key, 1, time.Minute)
+		broken := errors.New("connection reset")
+		f.On(redistest.Script(slotReleaseScript.Hash())).LoseReply(broken).Times(1)
+		if err := s.Release(ctx); !errors.Is(err, broken) {
+			t.Fatalf("Release whose reply was lost: %v", err)
+		}
+		if err := s.Release(ctx); err != nil {
+			t.Fatalf("Release again: %v, want nil", err)
+		}
+		mustAcquire(t, l, key, 1, time.Minute)
+	})
+}
+
+// The local estimate of a lease's end never runs past Redis's: an Extend
+// to a shorter lease whose reply was lost may have shortened it, and a
+// Release after that lease's end must report the slot lost.
+func TestAReleaseAfterALostShorterExtendIsLost(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		l := newLimiter(t, b.Client(t, f))
+		clock := &pinned{t: time.Now().Truncate(time.Second)}
+		l.clock = clock.now
+		key := redistest.Key(t)
+		s := mustAcquire(t, l, key, 1, time.Hour)
+		if err := s.Extend(ctx, time.Hour); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		broken := errors.New("connection reset")
+		lost := f.On(redistest.Script(slotExtendScript.Hash())).LoseReply(broken).Times(1)
+		if err := s.Extend(ctx, time.Second); !errors.Is(err, broken) {
+			t.Fatalf("Extend whose reply was lost: %v", err)
+		}
+		if n := lost.Hits(); n != 1 {
+			t.Fatalf("%d extensions lost, want 1", n)
+		}
+		clock.add(time.Second)
+		// Another request took the slot once the shortened lease ended.
+		other := mustAcquire(t, l, key, 1, time.Hour)
+		if err := s.Release(ctx); !errors.Is(err, ErrSlotLost) {
+			t.Fatalf("Release after the shortened lease ended: %v, want ErrSlotLost", err)
+		}
+		mustBeLimited(t, l, key, 1, time.Hour)
+		if err := other.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -86,7 +86,12 @@
 // returns a *LimitedError (errors.Is ErrLimited) whose RetryAfter is when
 // the earliest lease ends. A Release or Extend after the lease ended
 // returns ErrSlotLost: the slot may be someone else's by then, and the
-// work it guarded was not protected for its whole length.
+// work it guarded was not protected for its whole length. A Release sent
+// twice (go-redis resends a command whose reply was lost), or called again
+// after an error, finds its slot already gone; it returns nil when that
+// happens before the lease can have ended (the Slot keeps an early
+// estimate of the end, measured from before the lease was sent), and
+// ErrSlotLost after, when it cannot be told from a lost lease.
 //
 // # Penalty box
 //

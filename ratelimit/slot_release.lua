@@ -8,6 +8,9 @@
 --
 -- Reply: 1 released; 0 the slot was not held: its lease had ended (another
 -- request may have been admitted in its place) or it was released before.
+-- A second run of one release (go-redis resends a script whose reply was
+-- lost) answers 0 too; Slot.Release tells it from a lost lease by the
+-- time: a 0 before the lease can have ended is a release of its own.
 --
 -- Why one script: a slot whose lease has ended is no longer its holder's
 -- even while it is still in the set (nobody has swept it yet), so reading
