@@ -158,4 +158,23 @@
 // and the caller chooses to fail open (admit) or closed (refuse). Redis
 // replication is asynchronous; after a failover some counters may be lower
 // than they were, which admits a little more for one window.
+//
+// go-redis sends a command again when its reply is lost (a broken
+// connection, a read timeout; Options.MaxRetries, 3 by default), so one
+// decision can run in Redis more than once, and the caller sees only the
+// last run's answer. Allow, AllowN and AllowAll then count the request once
+// per run under GCRA, FixedWindow and SlidingWindow; SlidingLog records it
+// once (its entries are named by a token of the call) but decides the later
+// run against the first run's entries. The error is on the strict side:
+// Remaining is too low, and a request that the first run admitted and
+// counted can come back refused (a 429 from the middleware), but nothing is
+// admitted beyond the limit. It takes a lost reply, and the extra count
+// ages out as a real request's would. A limit that must not see it can be
+// decided through a client with MaxRetries -1 (no resend: a lost reply
+// returns the error, and the caller chooses). Recognising a resent decision
+// would need a token per call stored with the state, which costs every
+// decision allocations and server time on the hottest path, so the
+// decisions are left as they are. Peek only reads. A penalty hit and a
+// slot's Release recognise their own second run (see above); TryAcquire and
+// Extend sent twice keep the one slot, whose id the call names.
 package ratelimit

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/surgekit/surge/internal/redistest"
+	"github.com/surgekit/surge/internal/script"
 )
 
 // pinned is a clock a test moves by hand.
@@ -471,6 +472,81 @@ func TestOneFixedWindowAnswersAsAllowAllDoes(t *testing.T) {
 			if err != nil || p.Remaining != a.Remaining {
 				t.Fatalf("request %d: Peek %+v %v after %+v", i, p, err, a)
 			}
+		}
+	})
+}
+
+// A decision go-redis sends twice (after a lost reply) is left counted
+// twice under GCRA, the fixed window and the sliding window, as the package
+// documents, and once by the sliding log: the error is on the strict side,
+// and nothing is admitted beyond the limit.
+func TestADecisionSentTwiceErrsOnTheStrictSide(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		scripts := map[Algorithm]*script.Script{GCRA: gcraOneScript, FixedWindow: fixedOneScript, SlidingLog: allowScript, SlidingWindow: allowScript}
+		for _, alg := range []Algorithm{GCRA, FixedWindow, SlidingLog, SlidingWindow} {
+			f := redistest.NewFaults()
+			l := newLimiter(t, b.Client(t, f))
+			clock := &pinned{t: time.Now().Truncate(time.Second)}
+			l.clock = clock.now
+			key := redistest.Key(t)
+			limit := PerMinute(3).Using(alg)
+			mustAllow(t, l, key, limit, 1) // loads the script
+			resend := f.On(redistest.Script(scripts[alg].Hash())).Resend().Times(1)
+			r := mustAllow(t, l, key, limit, 1)
+			if n := resend.Hits(); n != 1 {
+				t.Fatalf("%v: %d decisions sent twice, want 1", alg, n)
+			}
+			if !r.Allowed || r.Remaining != 0 {
+				t.Fatalf("%v: the second request, run twice: %+v, want admitted with 0 remaining", alg, r)
+			}
+			want := int64(0) // counted twice
+			if alg == SlidingLog {
+				want = 1 // recorded once
+			}
+			p, err := l.Peek(ctx, key, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Remaining != want {
+				t.Fatalf("%v: Peek after 2 requests, one run twice: %d remaining, want %d", alg, p.Remaining, want)
+			}
+			admitted := int64(0)
+			for range 3 {
+				if mustAllow(t, l, key, limit, 1).Allowed {
+					admitted++
+				}
+			}
+			if admitted != want {
+				t.Fatalf("%v: %d more admitted, want %d", alg, admitted, want)
+			}
+		}
+
+		// All or nothing: each limit as on its own.
+		f := redistest.NewFaults()
+		l := newLimiter(t, b.Client(t, f))
+		clock := &pinned{t: time.Now().Truncate(time.Second)}
+		l.clock = clock.now
+		tag := "{" + redistest.Key(t) + "}"
+		gcra, log := Check{tag + ":a", PerMinute(3)}, Check{tag + ":b", PerMinute(3).Using(SlidingLog)}
+		if d, err := l.AllowAll(ctx, 1, gcra, log); err != nil || !d.Allowed {
+			t.Fatalf("AllowAll: %+v, %v", d, err)
+		}
+		f.On(redistest.Script(allowScript.Hash())).Resend().Times(1)
+		d, err := l.AllowAll(ctx, 1, gcra, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Results[0].Remaining != 0 || d.Results[1].Remaining != 0 {
+			t.Fatalf("AllowAll run twice: %+v, want admitted with 0 remaining", d)
+		}
+		for c, want := range map[Check]int64{gcra: 0, log: 1} {
+			if p, err := l.Peek(ctx, c.Key, c.Limit); err != nil || p.Remaining != want {
+				t.Fatalf("Peek %v after AllowAll run twice: %+v, %v; want %d remaining", c.Limit, p, err, want)
+			}
+		}
+		if d, err := l.AllowAll(ctx, 1, gcra, log); err != nil || d.Allowed {
+			t.Fatalf("AllowAll after 2 of 3, one run twice: %+v, %v; want refused by the GCRA limit", d, err)
 		}
 	})
 }
