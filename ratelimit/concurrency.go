@@ -69,11 +69,11 @@ type Slot struct {
 	rkey string // the Redis key of the key's slots
 	id   string
 
-	// turn is held by the Extend in progress: Redis then applies a Slot's
-	// extensions in the order they set deadline.
-	turn chan struct{}
-
 	mu sync.Mutex
+	// turn is held by the Extend in progress: Redis then applies a Slot's
+	// extensions in the order they set deadline. Made by the first Extend
+	// (most slots are never extended).
+	turn chan struct{}
 	// deadline is the lease's end, never later than Redis's: measured on
 	// the Limiter's clock from before the call that set the lease was
 	// sent, less a millisecond for Redis's whole-millisecond clock.
@@ -83,7 +83,7 @@ type Slot struct {
 
 // newSlot returns the Slot of id, whose lease of lease was sent at sent.
 func newSlot(l *Limiter, key, rkey, id string, sent time.Time, lease time.Duration) *Slot {
-	return &Slot{l: l, key: key, rkey: rkey, id: id, turn: make(chan struct{}, 1), deadline: leaseEnd(sent, lease)}
+	return &Slot{l: l, key: key, rkey: rkey, id: id, deadline: leaseEnd(sent, lease)}
 }
 
 // leaseEnd is when a lease of lease sent at sent ends at the earliest:
@@ -215,9 +215,15 @@ func (s *Slot) Extend(ctx context.Context, lease time.Duration) error {
 	if lease < time.Millisecond {
 		return fmt.Errorf("%w: lease %v is below 1ms", ErrInvalid, lease)
 	}
+	s.mu.Lock()
+	if s.turn == nil {
+		s.turn = make(chan struct{}, 1)
+	}
+	turn := s.turn
+	s.mu.Unlock()
 	select {
-	case s.turn <- struct{}{}:
-		defer func() { <-s.turn }()
+	case turn <- struct{}{}:
+		defer func() { <-turn }()
 	case <-ctx.Done():
 		return fmt.Errorf("ratelimit: extend %q: %w", s.key, ctx.Err())
 	}

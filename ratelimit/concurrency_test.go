@@ -435,3 +435,39 @@ func TestAReleaseAfterALostShorterExtendIsLost(t *testing.T) {
 		}
 	})
 }
+
+// Extends of one Slot from many goroutines take turns; the Slot's
+// estimate of its lease stays consistent (the race detector watches), and
+// the slot is released once.
+func TestASlotExtendedFromManyGoroutines(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		l := newLimiter(t, rdb)
+		key := redistest.Key(t)
+		s := mustAcquire(t, l, key, 1, time.Minute)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 5 {
+					if err := s.Extend(ctx, time.Minute+time.Duration(i)*time.Second); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err := s.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx); !errors.Is(err, ErrSlotLost) {
+			t.Fatalf("second Release: %v, want ErrSlotLost", err)
+		}
+		if n := rdb.Exists(ctx, slotsKey(t, l, key)).Val(); n != 0 {
+			t.Fatal("the slots key outlived its last slot")
+		}
+	})
+}
