@@ -4,12 +4,18 @@
 --   KEYS[1] due    zset: waiting job id -> due time (ms, Redis clock)
 --   KEYS[2] run    zset: in-flight job id -> lease deadline (ms)
 --   KEYS[3] jobs   hash: "p:<id>" payload, "a:<id>" attempts so far,
---                  "t:<id>" the lease token of the current delivery
+--                  "t:<id>" the lease token of the current delivery;
+--                  "c:<claim>" the record of a claim whose jobs are all
+--                  still in flight (claim.lua)
 --   KEYS[4] dead   zset: dead job id -> when it died (ms)
 --   KEYS[5] morgue hash: a dead job's "p:<id>" payload, "a:<id>" attempts
 --                  and "e:<id>" last error
 -- A job is waiting (in due), in flight (in run) or dead (in dead), never
 -- two at once; its payload moves with it.
+--
+-- The records let a claim that go-redis sends again after losing its
+-- reply (same KEYS and ARGV, the first run's effects in place) recognise
+-- its own first run and answer as it did.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -32,13 +38,29 @@ local function wake(channel, id, due)
   end
 end
 
+-- claim_field returns the jobs hash field of the record of the claim
+-- that handed out lease token tok ("<claim>:<i>"), or nil. A claim's
+-- record is needed only until the claim's reply arrives, and no job
+-- leaves the in-flight set before that unless its lease ran out, so
+-- every script that takes a job out of it deletes the record in a
+-- command it runs anyway (HDEL): records live no longer than their jobs.
+local function claim_field(tok)
+  local c = type(tok) == 'string' and string.match(tok, '^(.+):%d+$')
+  if c then
+    return 'c:' .. c
+  end
+  return nil
+end
+
 -- bury moves job id (waiting or in flight) to the dead letters, with its
 -- payload, and drops the oldest dead letters beyond cap, never id itself:
 -- letters buried in one millisecond tie, and a sorted set orders ties by
 -- member, so id could rank as the oldest.
 local function bury(id, reason, now, cap)
-  local f = redis.call('HMGET', KEYS[3], 'p:' .. id, 'a:' .. id)
-  redis.call('HDEL', KEYS[3], 'p:' .. id, 'a:' .. id, 't:' .. id)
+  local f = redis.call('HMGET', KEYS[3], 'p:' .. id, 'a:' .. id, 't:' .. id)
+  local fields = {'p:' .. id, 'a:' .. id, 't:' .. id}
+  fields[4] = claim_field(f[3])
+  redis.call('HDEL', KEYS[3], unpack(fields))
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
   redis.call('HSET', KEYS[5], 'p:' .. id, f[1] or '', 'a:' .. id, f[2] or '0', 'e:' .. id, reason)

@@ -21,7 +21,9 @@
 //
 //	prefix{queue}:due     zset  waiting job id -> due time (ms, Redis clock)
 //	prefix{queue}:run     zset  in-flight job id -> lease deadline (ms)
-//	prefix{queue}:jobs    hash  payload, attempts and lease token per job
+//	prefix{queue}:jobs    hash  payload, attempts and lease token per job;
+//	                      the record of each claim whose jobs are all still
+//	                      in flight (its job ids, kept for a resent claim)
 //	prefix{queue}:dead    zset  dead job id -> when it died (ms)
 //	prefix{queue}:morgue  hash  a dead job's payload, attempts and last error
 //	prefix{queue}:periodic hash periodic schedule name -> "<the latest firing
@@ -111,6 +113,20 @@
 //     change nothing.
 //   - Enqueueing an id that is waiting or in flight changes nothing and
 //     says so (Enqueued.Duplicate).
+//
+// # Calls sent twice
+//
+// go-redis sends a command again when its reply is lost to a broken
+// connection or a read timeout (Options.MaxRetries, 3 by default): a script
+// then runs twice, or more, with the same arguments, and the caller sees
+// the last run's reply. What each call does then:
+//
+//   - Claim hands out the jobs its first run leased, with the same tokens,
+//     Claimed and LeaseUntil, and leases no others: the first run records
+//     them, under the claim's random token, until the first of them leaves
+//     the in-flight set. (Without the record, they would sit leased to
+//     tokens nobody holds until the lease ran out, an attempt lost, and a
+//     job on its last attempt would be buried without having run.)
 //
 // Not promised: that a job is done exactly once (see above), or survives
 // the loss of a Redis primary that had not replicated it (replication is

@@ -19,10 +19,13 @@ local id = ARGV[1]
 if redis.call('HGET', KEYS[3], 't:' .. id) ~= ARGV[2] then
   return {0}
 end
+-- The job leaves the in-flight set: the record of its claim goes too (a
+-- field named twice is deleted once).
+local record = claim_field(ARGV[2]) or 't:' .. id
 if ARGV[5] == 'r' then
   local now = now_ms()
   redis.call('ZREM', KEYS[2], id)
-  redis.call('HDEL', KEYS[3], 't:' .. id)
+  redis.call('HDEL', KEYS[3], 't:' .. id, record)
   redis.call('HINCRBY', KEYS[3], 'a:' .. id, -1)
   redis.call('ZADD', KEYS[1], now, id)
   wake(ARGV[8], id, now)
@@ -35,7 +38,7 @@ if ARGV[5] == '1' or tonumber(redis.call('HGET', KEYS[3], 'a:' .. id) or '0') >=
 end
 local due = now + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[2], id)
-redis.call('HDEL', KEYS[3], 't:' .. id)
+redis.call('HDEL', KEYS[3], 't:' .. id, record)
 redis.call('ZADD', KEYS[1], due, id)
 wake(ARGV[8], id, due)
 return {1, due}
