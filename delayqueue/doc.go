@@ -127,6 +127,11 @@
 //     the in-flight set. (Without the record, they would sit leased to
 //     tokens nobody holds until the lease ran out, an attempt lost, and a
 //     job on its last attempt would be buried without having run.)
+//   - Enqueue without WithID reports no duplicate: a fresh random id can
+//     only be taken by the call's own first run. With WithID it reports a
+//     duplicate: a resend and a second Enqueue look the same. Either way,
+//     a job claimed and acked between the two runs is enqueued again: one
+//     more delivery, as at-least-once allows.
 //
 // Not promised: that a job is done exactly once (see above), or survives
 // the loss of a Redis primary that had not replicated it (replication is

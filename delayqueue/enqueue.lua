@@ -9,7 +9,9 @@
 --
 -- Reply: {1, due} added; {0, due} a job with this id is waiting, due then;
 -- {0, -1} a job with this id is in flight. Nothing changes for a
--- duplicate.
+-- duplicate. Run again with the same ARGV (go-redis resends a call whose
+-- reply it lost), the call finds its own job: {0, due}, or {0, -1} if it
+-- was claimed meanwhile. Enqueue knows it for its own when it drew the id.
 local id = ARGV[1]
 -- HSETNX is the duplicate check and the write at once: one command fewer
 -- per job than HEXISTS then HSET. The attempts field is born at the first

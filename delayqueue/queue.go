@@ -151,10 +151,13 @@ func ceilMillis(d time.Duration) int64 {
 type Enqueued struct {
 	// ID is the job's id.
 	ID string
-	// Due is when the job is due. For a duplicate in flight it is zero.
+	// Due is when the job is due. It is zero when the job is in flight
+	// already: a duplicate, or (after a resend) the job itself.
 	Due time.Time
 	// Duplicate reports that a job with this id was already waiting or in
-	// flight, so nothing was added.
+	// flight, so nothing was added. It is never set for an id Enqueue drew
+	// itself: such an id can be taken only by the call's own first run,
+	// resent by go-redis after a lost reply.
 	Duplicate bool
 }
 
@@ -174,7 +177,8 @@ func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOpti
 	if len(payload) > q.cfg.maxPayload {
 		return Enqueued{}, fmt.Errorf("%w: payload of %d bytes is over the queue's limit of %d", ErrInvalid, len(payload), q.cfg.maxPayload)
 	}
-	if cfg.id == "" {
+	drawn := cfg.id == ""
+	if drawn {
 		cfg.id = randomID()
 	}
 	if payload == nil {
@@ -188,7 +192,7 @@ func (q *Queue) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOpti
 	if len(res) != 2 {
 		return Enqueued{}, fmt.Errorf("delayqueue: enqueue %q: %d integers in reply, want 2", cfg.id, len(res))
 	}
-	e := Enqueued{ID: cfg.id, Duplicate: res[0] == 0}
+	e := Enqueued{ID: cfg.id, Duplicate: res[0] == 0 && !drawn}
 	if res[1] >= 0 {
 		e.Due = time.UnixMilli(res[1])
 	}

@@ -206,6 +206,34 @@ func TestABatchWorkerLosesNoJobToResentClaims(t *testing.T) {
 	})
 }
 
+// An id Enqueue drew itself can be taken only by the call's own first
+// run: a resent Enqueue is no duplicate. A caller's id cannot tell.
+func TestAResentEnqueueOfADrawnIDIsNoDuplicate(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		q := newQueue(t, rdb)
+		rule := rsResend(t, rdb, f, enqueueScript)
+		e := enqueue(t, q, "job", After(time.Hour))
+		rsResent(t, rule, "the enqueue")
+		if e.Duplicate || e.Due.IsZero() {
+			t.Fatalf("resent Enqueue: %+v, want no duplicate, with its due time", e)
+		}
+		if st := wkStats(t, q); st.Waiting != 1 || !st.OldestDue.Equal(e.Due) {
+			t.Fatalf("after the enqueue: %+v, want the job waiting, due %v", st, e.Due)
+		}
+		rule = rsResend(t, rdb, f, enqueueScript)
+		mine := enqueue(t, q, "job", WithID("order-1"))
+		rsResent(t, rule, "the enqueue")
+		if !mine.Duplicate || mine.Due.IsZero() {
+			t.Fatalf("resent Enqueue WithID: %+v, want a duplicate (nothing tells a resend from a second call), with its due time", mine)
+		}
+		if st := wkStats(t, q); st.Waiting != 2 {
+			t.Fatalf("after the second enqueue: %+v, want 2 waiting", st)
+		}
+	})
+}
+
 // A claim's record lives only as long as all its jobs are in flight: each
 // way a job leaves takes it.
 func TestAClaimsRecordLeavesWithItsFirstJob(t *testing.T) {
