@@ -25,7 +25,8 @@
 //	                      the record of each claim whose jobs are all still
 //	                      in flight (its job ids, kept for a resent claim)
 //	prefix{queue}:dead    zset  dead job id -> when it died (ms)
-//	prefix{queue}:morgue  hash  a dead job's payload, attempts and last error
+//	prefix{queue}:morgue  hash  a dead job's payload, attempts, last error
+//	                      and the lease token of the delivery that buried it
 //	prefix{queue}:periodic hash periodic schedule name -> "<the latest firing
 //	                      enqueued>:<kept until>" (ms): each record is kept
 //	                      until a week after the firing that follows it,
@@ -54,9 +55,9 @@
 // queue's head, or the end of the first lease if earlier (its holder may
 // die), so a consumer can sleep exactly until then.
 //
-// Ack, Nack, Bury and Extend check the delivery's lease token: a consumer
-// whose lease ran out cannot finish or retry a job that has since been
-// requeued or handed to someone else (ErrLeaseLost). Nack retries the job
+// Ack, Nack, Bury, Release and Extend check the delivery's lease token: a
+// consumer whose lease ran out cannot finish or retry a job that has since
+// been requeued or handed to someone else (ErrLeaseLost). Nack retries the job
 // after an exponential backoff with jitter (WithBackoff), and after its
 // last attempt (WithMaxAttempts) buries it in the dead letters with its
 // payload and the last error. The dead letters are capped
@@ -132,6 +133,14 @@
 //     duplicate: a resend and a second Enqueue look the same. Either way,
 //     a job claimed and acked between the two runs is enqueued again: one
 //     more delivery, as at-least-once allows.
+//   - Ack returns nil if it finds the job gone while the lease still
+//     held, by the local clock (see Delivery.Ack); Nack, Bury and Release
+//     answer as their first run did while the job still waits for its
+//     retry, or lies in the dead letters (see Delivery.Nack). After that, a
+//     resent call reports ErrLeaseLost, as does any call of a delivery
+//     whose job has since been requeued or claimed again.
+//   - Extend, Reschedule and Periodic's enqueueing give the same result
+//     (a deadline or due time a few milliseconds later, at most).
 //
 // Not promised: that a job is done exactly once (see above), or survives
 // the loss of a Redis primary that had not replicated it (replication is

@@ -10,9 +10,12 @@ var (
 
 	// ErrLeaseLost is returned by Ack, Nack, Bury, Release and Extend when the
 	// delivery no longer holds its job: its lease ran out and another
-	// claim requeued it (and perhaps handed it to another consumer), or the
-	// job was already acked, retried or buried through this delivery.
-	// Nothing was changed.
+	// claim requeued it (and perhaps handed it to another consumer, who may
+	// have finished it), or the job was given back or buried through this
+	// delivery and has moved on since (claimed again, revived, dropped from
+	// the dead letters). The call changed nothing; if go-redis resent it
+	// after a lost reply, its first run may have (Delivery.Ack and
+	// Delivery.Nack say when a resent call can still tell).
 	ErrLeaseLost = errors.New("delayqueue: lease lost")
 
 	// ErrNotFound is returned by Cancel, Reschedule and Revive when the

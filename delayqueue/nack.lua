@@ -13,32 +13,55 @@
 -- ARGV[7]  the dead-letter cap
 -- ARGV[8]  the queue's wake-up channel
 --
--- Reply: {1, due} retried at due; {2, now} buried; {0} the delivery no
--- longer holds the job.
-local id = ARGV[1]
-if redis.call('HGET', KEYS[3], 't:' .. id) ~= ARGV[2] then
+-- Reply: {1, due} retried (or released) at due; {2, when} buried then;
+-- {0} the delivery no longer holds the job.
+--
+-- A job given back waits with "~" and the delivery's token as its token,
+-- and a buried one keeps the token in the dead letters ("k:"), so that
+-- the same call run again (go-redis resends a call whose reply it lost)
+-- answers as its first run did: {1, due} while the job still waits,
+-- {2, when} while it is still dead. Once another claim took the job, or
+-- it left the dead letters, the answer is {0}. A retry or a release
+-- (ARGV[5] "0" or "r") only recognises a job given back; a burial ("0" or
+-- "1") only a buried one.
+local id, tok, mode = ARGV[1], ARGV[2], ARGV[5]
+-- The attempts ride along in the HMGET of the token: a retry needs them.
+local f = redis.call('HMGET', KEYS[3], 't:' .. id, 'a:' .. id)
+if f[1] ~= tok then
+  if f[1] == '~' .. tok and mode ~= '1' then
+    local due = redis.call('ZSCORE', KEYS[1], id)
+    if due then
+      return {1, tonumber(due)}
+    end
+  elseif not f[1] and mode ~= 'r' and redis.call('HGET', KEYS[5], 'k:' .. id) == tok then
+    return {2, tonumber(redis.call('ZSCORE', KEYS[4], id) or '0')}
+  end
   return {0}
 end
--- The job leaves the in-flight set: the record of its claim goes too (a
--- field named twice is deleted once).
-local record = claim_field(ARGV[2]) or 't:' .. id
-if ARGV[5] == 'r' then
+-- The job leaves the in-flight set: the record of its claim goes too.
+local record = claim_field(tok)
+if mode == 'r' then
   local now = now_ms()
   redis.call('ZREM', KEYS[2], id)
-  redis.call('HDEL', KEYS[3], 't:' .. id, record)
-  redis.call('HINCRBY', KEYS[3], 'a:' .. id, -1)
+  redis.call('HSET', KEYS[3], 't:' .. id, '~' .. tok, 'a:' .. id, tonumber(f[2] or '1') - 1)
+  if record then
+    redis.call('HDEL', KEYS[3], record)
+  end
   redis.call('ZADD', KEYS[1], now, id)
   wake(ARGV[8], id, now)
   return {1, now}
 end
 local now = now_ceil()
-if ARGV[5] == '1' or tonumber(redis.call('HGET', KEYS[3], 'a:' .. id) or '0') >= tonumber(ARGV[4]) then
-  bury(id, ARGV[6], now, tonumber(ARGV[7]))
+if mode == '1' or tonumber(f[2] or '0') >= tonumber(ARGV[4]) then
+  bury(id, ARGV[6], now, tonumber(ARGV[7]), tok)
   return {2, now}
 end
 local due = now + tonumber(ARGV[3])
 redis.call('ZREM', KEYS[2], id)
-redis.call('HDEL', KEYS[3], 't:' .. id, record)
+redis.call('HSET', KEYS[3], 't:' .. id, '~' .. tok)
+if record then
+  redis.call('HDEL', KEYS[3], record)
+end
 redis.call('ZADD', KEYS[1], due, id)
 wake(ARGV[8], id, due)
 return {1, due}

@@ -229,6 +229,18 @@ type Delivery struct {
 
 	q     *Queue
 	token string
+	// until is when the lease may end at the earliest, by the local clock
+	// (heldUntil): before it, nothing but this delivery can have taken the
+	// job out of its hands.
+	until time.Time
+}
+
+// heldUntil returns, by the local clock, a time before which a lease of
+// length lease, taken or renewed by a call sent at start, cannot have
+// ended in Redis: the script ran after start, and counts from its own
+// clock rounded down to the millisecond.
+func heldUntil(start time.Time, lease time.Duration) time.Time {
+	return start.Add(lease - time.Millisecond)
 }
 
 // MaxClaim is the most jobs one Claim hands out: the script passes a
@@ -259,6 +271,7 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) (deliveri
 	lease = lease.Truncate(time.Millisecond)
 	token := randomID()
 	args := append(q.args(claimScript, 6), n, lease.Milliseconds(), token, q.cfg.maxAttempts, max(n, 100), q.cfg.deadLetters)
+	sent := time.Now()
 	res, err := claimScript.Values(ctx, q.rdb, args)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("delayqueue: claim from %q: %w", q.name, err)
@@ -278,7 +291,7 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) (deliveri
 	if int64(len(res)) != 3+5*count {
 		return nil, time.Time{}, fmt.Errorf("delayqueue: claim from %q: %d values in reply for %d jobs", q.name, len(res), count)
 	}
-	claimed := time.UnixMilli(now)
+	claimed, until := time.UnixMilli(now), heldUntil(sent, lease)
 	deliveries = make([]*Delivery, 0, count)
 	for i := range int(count) {
 		r := res[3+5*i:]
@@ -293,7 +306,7 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) (deliveri
 		deliveries = append(deliveries, &Delivery{
 			ID: id, Payload: []byte(payload), Attempt: int(attempt),
 			Due: time.UnixMilli(due), Claimed: claimed, LeaseUntil: claimed.Add(lease),
-			q: q, token: tok,
+			q: q, token: tok, until: until,
 		})
 	}
 	return deliveries, next, nil
@@ -316,13 +329,48 @@ func integer(v any) (int64, error) {
 //
 // A delivery whose lease ran out may still ack if no claim has requeued
 // its job yet.
-func (d *Delivery) Ack(ctx context.Context) error {
-	args := append(d.q.args(ackScript, 2), d.ID, d.token)
-	res, err := ackScript.Ints(ctx, d.q.rdb, args)
+//
+// An Ack that finds the job gone from the queue (not waiting, in flight or
+// dead) returns nil if its reply came before the lease could have ended
+// (by the local clock, counted from before the claim or the last Extend
+// was sent): until then no claim can requeue the job, so only this
+// delivery can have finished it, the Ack itself, run twice by go-redis
+// after a lost reply (or an earlier Ack). Later, the job may have been
+// requeued and done elsewhere, and the answer is ErrLeaseLost, as for a
+// job someone else holds.
+func (d *Delivery) Ack(ctx context.Context) error { return d.ack(ctx, d.until) }
+
+// ack acks d; until is when its lease may end at the earliest.
+func (d *Delivery) ack(ctx context.Context, until time.Time) error {
+	res, err := d.q.ack(ctx, []*Delivery{d})
 	if err != nil {
 		return fmt.Errorf("delayqueue: ack %q: %w", d.ID, err)
 	}
-	if len(res) != 1 || res[0] != 1 {
+	return ackResult(d, res[0], until)
+}
+
+// ack acks ds in one call and returns ack.lua's reply, one integer per
+// delivery.
+func (q *Queue) ack(ctx context.Context, ds []*Delivery) ([]int64, error) {
+	args := q.args(ackScript, 2*len(ds))
+	for _, d := range ds {
+		args = append(args, d.ID, d.token)
+	}
+	res, err := ackScript.Ints(ctx, q.rdb, args)
+	if err == nil && len(res) != len(ds) {
+		err = fmt.Errorf("%d integers in reply, want %d", len(res), len(ds))
+	}
+	return res, err
+}
+
+// ackResult turns ack.lua's answer for d into Ack's error. until is when
+// d's lease may end at the earliest.
+func ackResult(d *Delivery, res int64, until time.Time) error {
+	switch {
+	case res == 1:
+	case res == 2 && time.Now().Before(until):
+		// Gone while the lease still held: finished by this delivery.
+	default:
 		return fmt.Errorf("delayqueue: ack %q: %w", d.ID, ErrLeaseLost)
 	}
 	return nil
@@ -333,6 +381,14 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // dead letters with cause if this was its last attempt (WithMaxAttempts).
 // It returns when the retry is due, or the zero time if the job was
 // buried.
+//
+// A Nack, Bury or Release run twice by go-redis (which resends a call
+// whose reply it lost) answers as its first run did, as long as the job
+// it gave back still waits, with the due time as it stands then, or lies
+// in the dead letters. Once another claim has taken the job, or it left
+// the dead letters, the answer is ErrLeaseLost, as for any delivery that
+// no longer holds its job. A second call on the same delivery answers the
+// same way.
 func (d *Delivery) Nack(ctx context.Context, cause error) (time.Time, error) {
 	return d.fail(ctx, cause, "0")
 }
@@ -401,6 +457,7 @@ func (d *Delivery) Extend(ctx context.Context, lease time.Duration) error {
 	if lease < time.Millisecond {
 		return fmt.Errorf("%w: lease %v must be at least 1ms", ErrInvalid, lease)
 	}
+	start := time.Now()
 	until, err := d.q.extend(ctx, lease, []*Delivery{d})
 	if err != nil {
 		return fmt.Errorf("delayqueue: extend %q: %w", d.ID, err)
@@ -409,6 +466,7 @@ func (d *Delivery) Extend(ctx context.Context, lease time.Duration) error {
 		return fmt.Errorf("delayqueue: extend %q: %w", d.ID, ErrLeaseLost)
 	}
 	d.LeaseUntil = time.UnixMilli(until[0])
+	d.until = heldUntil(start, lease.Truncate(time.Millisecond))
 	return nil
 }
 

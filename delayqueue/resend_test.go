@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -230,6 +231,178 @@ func TestAResentEnqueueOfADrawnIDIsNoDuplicate(t *testing.T) {
 		}
 		if st := wkStats(t, q); st.Waiting != 2 {
 			t.Fatalf("after the second enqueue: %+v, want 2 waiting", st)
+		}
+	})
+}
+
+// A resent Ack, Nack, Bury or Release finds its first run's work and
+// answers as that run did, with the job moved once.
+func TestAResentFinishAnswersAsItsFirstRun(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		cause := errors.New("failed")
+		for _, tc := range []struct {
+			name     string
+			attempts int // WithMaxAttempts
+			script   *script.Script
+			finish   func(d *Delivery) (time.Time, error)
+			// the state after the call: waiting, dead, the attempt of the
+			// next delivery (0: none), and whether the answer is a due time
+			waiting, dead int64
+			next          int
+			due           bool
+		}{
+			{"Ack", 5, ackScript, func(d *Delivery) (time.Time, error) { return time.Time{}, d.Ack(ctx) }, 0, 0, 0, false},
+			{"Nack", 5, nackScript, func(d *Delivery) (time.Time, error) { return d.Nack(ctx, cause) }, 1, 0, 2, true},
+			{"Nack of the last attempt", 1, nackScript, func(d *Delivery) (time.Time, error) { return d.Nack(ctx, cause) }, 0, 1, 0, false},
+			{"Bury", 5, nackScript, func(d *Delivery) (time.Time, error) { return time.Time{}, d.Bury(ctx, cause) }, 0, 1, 0, false},
+			{"Release", 5, nackScript, func(d *Delivery) (time.Time, error) { return time.Time{}, d.Release(ctx) }, 1, 0, 1, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				q := newQueue(t, rdb, WithMaxAttempts(tc.attempts), WithBackoff(time.Hour, time.Hour))
+				e := enqueue(t, q, "job")
+				ds, _ := claim(t, q, 1, time.Minute)
+				if len(ds) != 1 {
+					t.Fatalf("claim: %d deliveries, want 1", len(ds))
+				}
+				rule := rsResend(t, rdb, f, tc.script)
+				due, err := tc.finish(ds[0])
+				rsResent(t, rule, tc.name)
+				if err != nil {
+					t.Fatalf("resent %s: %v, want the first run's answer", tc.name, err)
+				}
+				st := wkStats(t, q)
+				if st.Waiting != tc.waiting || st.InFlight != 0 || st.Dead != tc.dead {
+					t.Fatalf("after the resent %s: %+v, want %d waiting, %d dead", tc.name, st, tc.waiting, tc.dead)
+				}
+				if tc.due && (due.IsZero() || !due.Equal(st.OldestDue)) {
+					t.Fatalf("resent %s: retry due %v, want the job's due time %v", tc.name, due, st.OldestDue)
+				}
+				if tc.dead > 0 {
+					dead, err := q.Dead(ctx, 10)
+					if err != nil || len(dead) != 1 || dead[0].ID != e.ID || dead[0].Attempts != 1 {
+						t.Fatalf("dead letters %+v (%v), want the job, after its one attempt", dead, err)
+					}
+				}
+				if tc.next > 0 {
+					if _, err := q.Reschedule(ctx, e.ID, After(0)); err != nil {
+						t.Fatal(err)
+					}
+					again, _ := claim(t, q, 1, time.Minute)
+					if len(again) != 1 || again[0].Attempt != tc.next {
+						t.Fatalf("next claim: %v, want the job on attempt %d (the first run's count, unchanged by the second)", rsIDs(again), tc.next)
+					}
+					if err := again[0].Ack(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, f := range rsFields(t, rdb, q) {
+					if strings.HasPrefix(f, "c:") {
+						t.Fatalf("jobs hash keeps the claim's record %q after its job left", f)
+					}
+				}
+			})
+		}
+	})
+}
+
+// A resent call that comes after another consumer took the job still
+// reports the lost lease: the job runs elsewhere now.
+func TestAFinishReportsALostLeaseAfterAnotherClaim(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+
+		// Released (the reply lost), then claimed by another consumer
+		// before go-redis sends the release again.
+		q := newQueue(t, rdb)
+		enqueue(t, q, "job")
+		ds, _ := claim(t, q, 1, time.Minute)
+		if err := rdb.ScriptLoad(ctx, nackScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		lost := f.On(redistest.Script(nackScript.Hash())).LoseReply(io.ErrUnexpectedEOF).Times(1)
+		if err := ds[0].Release(ctx); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("Release with its reply lost: %v", err)
+		}
+		rsResent(t, lost, "the release")
+		other, _ := claim(t, q, 1, time.Minute)
+		if len(other) != 1 {
+			t.Fatalf("claim after the release: %d deliveries, want the job", len(other))
+		}
+		if err := ds[0].Release(ctx); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("Release again once another consumer holds the job: %v, want ErrLeaseLost", err)
+		}
+		if err := other[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		// The lease ran out, the job was claimed again and acked by its
+		// new holder: the resent Ack of the first holder finds it gone,
+		// but after its lease could have ended.
+		q = newQueue(t, rdb)
+		enqueue(t, q, "job")
+		first, _ := claim(t, q, 1, 50*time.Millisecond)
+		var second []*Delivery
+		redistest.WaitFor(t, 10*time.Second, "the lease to run out and the job to be claimed again", func() bool {
+			if m := b.Miniredis(); m != nil {
+				m.SetTime(time.Now())
+			}
+			second, _ = claim(t, q, 1, time.Minute)
+			return len(second) == 1
+		})
+		if err := second[0].Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rule := rsResend(t, rdb, f, ackScript)
+		if err := first[0].Ack(ctx); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("resent Ack by the expired holder of a job done elsewhere: %v, want ErrLeaseLost", err)
+		}
+		rsResent(t, rule, "the ack")
+	})
+}
+
+// A Worker whose acks are all resent reports no error: each ack finds its
+// first run's work.
+func TestAWorkerReportsNoErrorForResentAcks(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		wkNoLeaks(t)
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		q := wkQueue(t, rdb, redistest.Key(t))
+		const jobs = 20
+		for range jobs {
+			wkEnqueue(t, q, "")
+		}
+		rule := rsResend(t, rdb, f, ackScript).Times(-1)
+		var errs wkErrorLog
+		var mu sync.Mutex
+		seen := map[string]int{}
+		w := wkNewWorker(t, q, func(_ context.Context, d *Delivery) error {
+			mu.Lock()
+			seen[d.ID]++
+			mu.Unlock()
+			return nil
+		}, Concurrency(4), PollInterval(time.Minute), ErrorHandler(errs.add))
+		r := wkStart(w)
+		redistest.WaitFor(t, 10*time.Second, "every job to be acked", func() bool { return wkStats(t, q) == Stats{} })
+		r.stop(t, 10*time.Second)
+		rsResent(t, rule, "an ack")
+		if e := errs.all(); len(e) > 0 {
+			t.Fatalf("the worker reported %v, want no error", e)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != jobs {
+			t.Fatalf("%d jobs handled, want %d", len(seen), jobs)
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Fatalf("job %s handled %d times", id, n)
+			}
 		}
 	})
 }

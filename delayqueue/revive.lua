@@ -14,7 +14,7 @@ if redis.call('HEXISTS', KEYS[3], 'p:' .. id) == 1 then
 end
 local p = redis.call('HGET', KEYS[5], 'p:' .. id) or ''
 redis.call('ZREM', KEYS[4], id)
-redis.call('HDEL', KEYS[5], 'p:' .. id, 'a:' .. id, 'e:' .. id)
+redis.call('HDEL', KEYS[5], 'p:' .. id, 'a:' .. id, 'e:' .. id, 'k:' .. id)
 local now = now_ms()
 redis.call('HSET', KEYS[3], 'p:' .. id, p, 'a:' .. id, 0)
 redis.call('ZADD', KEYS[1], now, id)

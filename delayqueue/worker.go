@@ -295,7 +295,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		cfg:  &w.cfg,
 		jobs: make(chan *workerJob, w.cfg.concurrency),
 		done: make(chan *workerJob, w.cfg.concurrency),
-		acks: make(chan []*Delivery, w.cfg.concurrency),
+		acks: make(chan workerAck, w.cfg.concurrency),
 		wake: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 	}
@@ -358,10 +358,10 @@ type workerRun struct {
 
 	wg     sync.WaitGroup // every goroutine Run started
 	active map[*workerJob]struct{}
-	jobs   chan *workerJob  // to the handler goroutines; capacity Concurrency
-	done   chan *workerJob  // handlers that finished; capacity Concurrency
-	acks   chan []*Delivery // to the acker, which batches them
-	stop   chan struct{}    // closed when Run stops claiming
+	jobs   chan *workerJob // to the handler goroutines; capacity Concurrency
+	done   chan *workerJob // handlers that finished; capacity Concurrency
+	acks   chan workerAck  // to the acker, which batches them
+	stop   chan struct{}   // closed when Run stops claiming
 
 	// The earliest due time notified since the loop last looked, in ms by
 	// the Redis clock; wake signals it.
@@ -369,6 +369,13 @@ type workerRun struct {
 	noticed   bool
 	noticeDue int64
 	wake      chan struct{}
+}
+
+// workerAck is a handler's deliveries to ack, and when their leases may
+// end at the earliest (heldUntil).
+type workerAck struct {
+	ds    []*Delivery
+	until time.Time
 }
 
 // workerJob is one handler call: one delivery, or a batch of them.
@@ -628,7 +635,7 @@ func (r *workerRun) work(j *workerJob) {
 		if err == nil {
 			// The acker batches acks; the slot is free meanwhile.
 			if held := j.held(); len(held) > 0 {
-				r.acks <- held
+				r.acks <- workerAck{held, j.heldUntil()}
 			}
 			r.done <- j
 			return
@@ -668,11 +675,16 @@ func (j *workerJob) held() []*Delivery {
 	return j.ds
 }
 
+// heldUntil is when the leases of j may end at the earliest, by the local
+// clock: the deadline renewal keeps, less the millisecond Redis may round
+// off. Call it once renewal has ended.
+func (j *workerJob) heldUntil() time.Time { return j.deadline.Add(-time.Millisecond) }
+
 // finishAll nacks, buries or releases by err the deliveries of j that still
 // hold their jobs.
 func (r *workerRun) finishAll(j *workerJob, err error) {
 	for _, d := range j.held() {
-		r.finish(d, err)
+		r.finish(d, err, j.heldUntil())
 	}
 }
 
@@ -684,14 +696,15 @@ func (r *workerRun) finishContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.hard), finishTimeout)
 }
 
-// finish acks, nacks or buries d by err.
-func (r *workerRun) finish(d *Delivery, err error) {
+// finish acks, nacks or buries d by err; until is when its lease may end
+// at the earliest.
+func (r *workerRun) finish(d *Delivery, err error, until time.Time) {
 	ctx, cancel := r.finishContext()
 	defer cancel()
 	var ferr error
 	switch {
 	case err == nil:
-		ferr = d.Ack(ctx)
+		ferr = d.ack(ctx, until)
 	case isPermanent(err):
 		ferr = d.Bury(ctx, err)
 	case errors.Is(err, ErrShutdown):
@@ -713,47 +726,43 @@ const maxAckBatch = 256
 func (r *workerRun) ackLoop() {
 	defer r.wg.Done()
 	batch := make([]*Delivery, 0, maxAckBatch)
-	for ds := range r.acks {
-		batch = append(batch[:0], ds...)
+	var until []time.Time
+	for a := range r.acks {
+		batch, until = append(batch[:0], a.ds...), until[:0]
+		for range a.ds {
+			until = append(until, a.until)
+		}
 	more:
 		for len(batch) < maxAckBatch {
 			select {
-			case ds, ok := <-r.acks:
+			case a, ok := <-r.acks:
 				if !ok {
 					break more
 				}
-				batch = append(batch, ds...)
+				batch = append(batch, a.ds...)
+				for range a.ds {
+					until = append(until, a.until)
+				}
 			default:
 				break more
 			}
 		}
-		r.ackAll(batch)
+		r.ackAll(batch, until)
 	}
 }
 
-// ackAll acks ds, deliveries of r.q, in one round trip.
-func (r *workerRun) ackAll(ds []*Delivery) {
+// ackAll acks ds, deliveries of r.q, in one round trip; until[i] is when
+// the lease of ds[i] may end at the earliest.
+func (r *workerRun) ackAll(ds []*Delivery, until []time.Time) {
 	ctx, cancel := r.finishContext()
 	defer cancel()
-	if len(ds) == 1 {
-		r.report(ds[0].Ack(ctx))
-		return
-	}
-	args := r.q.args(ackScript, 2*len(ds))
-	for _, d := range ds {
-		args = append(args, d.ID, d.token)
-	}
-	res, err := ackScript.Ints(ctx, r.q.rdb, args)
-	if err == nil && len(res) != len(ds) {
-		err = fmt.Errorf("%d integers in reply, want %d", len(res), len(ds))
-	}
+	res, err := r.q.ack(ctx, ds)
 	for i, d := range ds {
-		switch {
-		case err != nil:
+		if err != nil {
 			r.report(fmt.Errorf("delayqueue: ack %q: %w", d.ID, err))
-		case res[i] != 1:
-			r.report(fmt.Errorf("delayqueue: ack %q: %w", d.ID, ErrLeaseLost))
+			continue
 		}
+		r.report(ackResult(d, res[i], until[i]))
 	}
 }
 
