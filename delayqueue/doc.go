@@ -141,6 +141,11 @@
 //     whose job has since been requeued or claimed again.
 //   - Extend, Reschedule and Periodic's enqueueing give the same result
 //     (a deadline or due time a few milliseconds later, at most).
+//   - Cancel and Revive do not recognise their first run: the second finds
+//     no such job and returns ErrNotFound. After ErrNotFound from either,
+//     the job may have been cancelled or revived by that very call, so a
+//     caller that must know whether a cancelled job ran (to refund it, say)
+//     should record that by job id where its handler does the work.
 //
 // Not promised: that a job is done exactly once (see above), or survives
 // the loss of a Redis primary that had not replicated it (replication is

@@ -18,8 +18,10 @@ var (
 	// Delivery.Nack say when a resent call can still tell).
 	ErrLeaseLost = errors.New("delayqueue: lease lost")
 
-	// ErrNotFound is returned by Cancel, Reschedule and Revive when the
-	// queue has no such job (waiting, or dead for Revive).
+	// ErrNotFound is returned by Cancel, Reschedule, Position and Revive
+	// when the queue has no such job (waiting, or dead for Revive). After
+	// a Cancel or Revive that go-redis resent after a lost reply, it may
+	// also mean that the call's own first run cancelled or revived the job.
 	ErrNotFound = errors.New("delayqueue: no such job")
 
 	// ErrInFlight is returned by Cancel and Reschedule for a job a consumer

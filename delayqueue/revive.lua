@@ -5,6 +5,9 @@
 -- ARGV[2]  the queue's wake-up channel
 --
 -- Reply: 1 requeued; 0 no such dead job; -1 a live job has its id now.
+-- Run again with the same ARGV (go-redis resends a call whose reply it
+-- lost), a revival answers 0: the job is no longer dead, and nothing here
+-- tells this call's first run from another revival.
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[4], id) then
   return 0
