@@ -11,11 +11,13 @@ var (
 	// ErrLeaseLost is returned by Ack, Nack, Bury, Release and Extend when the
 	// delivery no longer holds its job: its lease ran out and another
 	// claim requeued it (and perhaps handed it to another consumer, who may
-	// have finished it), or the job was given back or buried through this
-	// delivery and has moved on since (claimed again, revived, dropped from
-	// the dead letters). The call changed nothing; if go-redis resent it
-	// after a lost reply, its first run may have (Delivery.Ack and
-	// Delivery.Nack say when a resent call can still tell).
+	// have finished it); or this delivery already finished the job, and the
+	// call cannot tell that it is that same finish (it is of another kind,
+	// an Ack after a Nack say, or the job has moved on since: claimed
+	// again, revived, dropped from the dead letters, or, for an Ack, the
+	// lease could have ended meanwhile). The call changed nothing; if
+	// go-redis resent it after a lost reply, its first run may have
+	// (Delivery.Ack and Delivery.Nack say when a resent call can tell).
 	ErrLeaseLost = errors.New("delayqueue: lease lost")
 
 	// ErrNotFound is returned by Cancel, Reschedule, Position and Revive

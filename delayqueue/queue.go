@@ -387,8 +387,9 @@ func ackResult(d *Delivery, res int64, until time.Time) error {
 // it gave back still waits, with the due time as it stands then, or lies
 // in the dead letters. Once another claim has taken the job, or it left
 // the dead letters, the answer is ErrLeaseLost, as for any delivery that
-// no longer holds its job. A second call on the same delivery answers the
-// same way.
+// no longer holds its job. A second Nack or Release of the delivery while
+// its job waits, or a second Bury or Nack while the job it buried is dead,
+// answers the same way.
 func (d *Delivery) Nack(ctx context.Context, cause error) (time.Time, error) {
 	return d.fail(ctx, cause, "0")
 }
