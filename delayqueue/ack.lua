@@ -12,17 +12,15 @@
 -- held the job, and the queue no longer has it (acked, or cancelled after
 -- a requeue). A resent ack finds its own first run's work as 2: only the
 -- caller can tell that from a lost lease (Delivery.Ack).
-local fields = {}
+local tokens = {}
 for i = 1, #ARGV, 2 do
-  fields[i], fields[i + 1] = 't:' .. ARGV[i], 'p:' .. ARGV[i]
+  tokens[#tokens + 1] = 't:' .. ARGV[i]
 end
--- The payloads ride along in the one HMGET the tokens need: they tell 2
--- from 0 without a command more.
-local got = redis.call('HMGET', KEYS[3], unpack(fields))
+local held = redis.call('HMGET', KEYS[3], unpack(tokens))
 local reply, done, dels, records = {}, {}, {}, {}
 for i = 1, #ARGV, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
-  if got[i] == tok then
+  if held[(i + 1) / 2] == tok then
     done[#done + 1] = id
     local d = #dels
     dels[d + 1], dels[d + 2], dels[d + 3] = 'p:' .. id, 'a:' .. id, 't:' .. id
@@ -32,7 +30,10 @@ for i = 1, #ARGV, 2 do
       dels[#dels + 1] = c
     end
     reply[#reply + 1] = 1
-  elseif not got[i + 1] and not redis.call('ZSCORE', KEYS[4], id) then
+  elseif redis.call('HEXISTS', KEYS[3], 'p:' .. id) == 0 and not redis.call('ZSCORE', KEYS[4], id) then
+    -- Only a delivery that no longer holds its job pays for telling 2
+    -- from 0 (reading the payloads in the HMGET would copy each one on
+    -- every ack).
     reply[#reply + 1] = 2
   else
     reply[#reply + 1] = 0

@@ -19,13 +19,14 @@
 -- time of the first job still waiting and the first lease deadline (a
 -- consumer may die); -1 when there is neither.
 --
--- A claim that hands out jobs records them: "<now> <due> <length> <id>..."
--- (the ids length-prefixed, as they may hold any byte). Run again with the
--- same ARGV (go-redis resends a call whose reply it lost), the claim finds
--- its record and hands out the same deliveries again, with the same now:
--- otherwise it would hand out other jobs, and the first run's would sit
--- leased to tokens nobody holds until their leases ran out, an attempt
--- lost (or, on a last attempt, buried without having run).
+-- A claim that hands out jobs records them: "<now>", then " <due> <length>
+-- <id>" per job (the score as Redis gave it, and the id length-prefixed,
+-- as it may hold any byte). Run again with the same ARGV (go-redis resends
+-- a call whose reply it lost), the claim finds its record and hands out
+-- the same deliveries again, with the same now: otherwise it would hand
+-- out other jobs, and the first run's would sit leased to tokens nobody
+-- holds until their leases ran out, an attempt lost (or, on a last
+-- attempt, buried without having run).
 local now = now_ms()
 local lease, max = tonumber(ARGV[2]), tonumber(ARGV[4])
 local record = 'c:' .. ARGV[3]
@@ -107,7 +108,7 @@ if n > 0 then
       local token = ARGV[3] .. ':' .. i
       local w = #writes
       writes[w + 1], writes[w + 2], writes[w + 3], writes[w + 4] = 'a:' .. id, attempt, 't:' .. id, token
-      rec[i + 1] = string.format(' %d %d ', at, #id) .. id
+      rec[i + 1] = ' ' .. due[2 * i] .. ' ' .. #id .. ' ' .. id
       local r = #reply
       reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] =
         id, got[2 * i] or '', attempt, token, at
