@@ -17,77 +17,30 @@ import (
 // Unlock must still report success, and wake this Client's waiter, which
 // would otherwise wait out the lease (a minute here).
 func TestAResentReleaseStillUnlocksAndWakesTheWaiter(t *testing.T) {
+	// take acquires name once (wait false) or waits for it (wait true).
+	type take func(ctx context.Context, c *Client, name string, wait bool) (*Lease, error)
 	kinds := []struct {
 		name    string
 		release *script.Script
-		take    func(ctx context.Context, c *Client, name string) (*Lease, error)
-		wait    func(ctx context.Context, c *Client, name string) (*Lease, error)
+		take    take
+		other   bool // the waiter is in another Client: no handover, the release tells it
 	}{
-		{"plain", releaseScript,
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				return c.TryLock(ctx, name, time.Minute)
-			},
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				return c.Lock(ctx, name, time.Minute)
-			}},
-		{"reentrant", releaseScript,
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				return c.TryLock(ctx, name, time.Minute, Reentrant(""))
-			},
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				return c.Lock(ctx, name, time.Minute, Reentrant(""))
-			}},
-		{"fair", fairReleaseScript,
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				return c.TryLock(ctx, name, time.Minute, Fair(time.Minute))
-			},
-			// Another Client: no handover, the release tells it.
-			nil},
-		{"permit", semReleaseScript,
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				s, err := c.Semaphore(name, 1)
-				if err != nil {
-					return nil, err
-				}
-				return s.TryAcquire(ctx, time.Minute)
-			},
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				s, err := c.Semaphore(name, 1)
-				if err != nil {
-					return nil, err
-				}
+		{"plain", releaseScript, lockWith(), false},
+		{"reentrant", releaseScript, lockWith(Reentrant("")), false},
+		{"fair", fairReleaseScript, lockWith(Fair(time.Minute)), true},
+		{"permit", semReleaseScript, func(ctx context.Context, c *Client, name string, wait bool) (*Lease, error) {
+			s, err := c.Semaphore(name, 1)
+			if err != nil {
+				return nil, err
+			}
+			if wait {
 				return s.Acquire(ctx, time.Minute)
-			}},
-		{"write", releaseScript,
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				rw, err := c.RWLock(name)
-				if err != nil {
-					return nil, err
-				}
-				return rw.TryLock(ctx, time.Minute)
-			},
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				rw, err := c.RWLock(name)
-				if err != nil {
-					return nil, err
-				}
-				return rw.Lock(ctx, time.Minute)
-			}},
-		{"read share", rwReadReleaseScript,
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				rw, err := c.RWLock(name)
-				if err != nil {
-					return nil, err
-				}
-				return rw.TryRLock(ctx, time.Minute)
-			},
-			func(ctx context.Context, c *Client, name string) (*Lease, error) {
-				rw, err := c.RWLock(name)
-				if err != nil {
-					return nil, err
-				}
-				return rw.Lock(ctx, time.Minute)
-			}},
+			}
+			return s.TryAcquire(ctx, time.Minute)
+		}, false},
+		{"write", releaseScript, rwWith(false), false},
+		// The waiter is a writer: it waits for the last share.
+		{"read share", rwReadReleaseScript, rwWith(true), false},
 	}
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		for _, k := range kinds {
@@ -96,23 +49,19 @@ func TestAResentReleaseStillUnlocksAndWakesTheWaiter(t *testing.T) {
 				name := redistest.Key(t)
 				faults := redistest.NewFaults()
 				c := newClient(t, b.Client(t, faults))
-				held, err := k.take(ctx, c, name)
+				held, err := k.take(ctx, c, name, false)
 				if err != nil {
 					t.Fatal(err)
 				}
-				wait := k.wait
 				waiter := c
-				if wait == nil {
+				if k.other {
 					waiter = newClient(t, b.Client(t))
-					wait = func(ctx context.Context, c *Client, name string) (*Lease, error) {
-						return c.Lock(ctx, name, time.Minute, Fair(time.Minute))
-					}
 				}
 				wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 				defer cancel()
 				got := make(chan result, 1)
 				go func() {
-					l, err := wait(wctx, waiter, name)
+					l, err := k.take(wctx, waiter, name, true)
 					got <- result{l, err}
 				}()
 				redistest.WaitFor(t, 10*time.Second, "the waiter to wait", func() bool { return waiting(waiter, held) })
@@ -138,6 +87,33 @@ func TestAResentReleaseStillUnlocksAndWakesTheWaiter(t *testing.T) {
 			})
 		}
 	})
+}
+
+// lockWith takes a lock with opts, once or waiting.
+func lockWith(opts ...LockOption) func(ctx context.Context, c *Client, name string, wait bool) (*Lease, error) {
+	return func(ctx context.Context, c *Client, name string, wait bool) (*Lease, error) {
+		if wait {
+			return c.Lock(ctx, name, time.Minute, opts...)
+		}
+		return c.TryLock(ctx, name, time.Minute, opts...)
+	}
+}
+
+// rwWith takes a read share (reader) or the write lock once, and waits
+// for the write lock.
+func rwWith(reader bool) func(ctx context.Context, c *Client, name string, wait bool) (*Lease, error) {
+	return func(ctx context.Context, c *Client, name string, wait bool) (*Lease, error) {
+		rw, err := c.RWLock(name)
+		switch {
+		case err != nil:
+			return nil, err
+		case wait:
+			return rw.Lock(ctx, time.Minute)
+		case reader:
+			return rw.TryRLock(ctx, time.Minute)
+		}
+		return rw.TryLock(ctx, time.Minute)
+	}
 }
 
 // result is what a waiter's Lock returned.
