@@ -116,6 +116,22 @@ func rwWith(reader bool) func(ctx context.Context, c *Client, name string, wait 
 	}
 }
 
+// leaseWithinKey fails the test if l's local deadline is later than its
+// key's expiry in Redis (PTTL rounds down to the millisecond).
+func leaseWithinKey(t *testing.T, b *redistest.Backend, l *Lease) {
+	t.Helper()
+	pttl, err := b.Client(t).PTTL(context.Background(), l.key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	left := time.Until(l.deadline)
+	l.mu.Unlock()
+	if left > pttl+time.Millisecond {
+		t.Fatalf("the lease runs %v more, the key %v", left, pttl)
+	}
+}
+
 // result is what a waiter's Lock returned.
 type result struct {
 	l   *Lease
@@ -171,18 +187,7 @@ func TestAResentFairHandoverStillHandsTheLockOver(t *testing.T) {
 		if l.Fence() <= held.Fence() {
 			t.Fatalf("fence %d after %d", l.Fence(), held.Fence())
 		}
-		// The lease's deadline is no later than the key's expiry.
-		// (PTTL rounds down to the millisecond.)
-		pttl, err := b.Client(t).PTTL(ctx, held.key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.mu.Lock()
-		left := time.Until(l.deadline)
-		l.mu.Unlock()
-		if left > pttl+time.Millisecond {
-			t.Fatalf("the lease runs %v more, the key %v", left, pttl)
-		}
+		leaseWithinKey(t, b, l)
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -246,16 +251,7 @@ func TestAFairAttemptThatFindsTheLockItsOwnRestartsTheLease(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("attempt on a lock it holds: %v %v", ok, err)
 		}
-		pttl, err := b.Client(t).PTTL(ctx, l.key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.mu.Lock()
-		left := time.Until(l.deadline)
-		l.mu.Unlock()
-		if left > pttl+time.Millisecond {
-			t.Fatalf("the lease runs %v more, the key %v", left, pttl)
-		}
+		leaseWithinKey(t, b, l)
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
