@@ -245,15 +245,19 @@
 // twice. Every script here gives the same answer the second time:
 // attempts and extensions find the lock already the caller's and say so
 // (a fair attempt restarts the lease then, since its caller counts the
-// lease from that attempt), a Redlock node that answers the resent SET with
-// the caller's own token counts as granted, and a release that finds the
-// lock no longer the caller's before the lease's local deadline counts as
-// released, since only its own first run could have let it go then
-// (another owner may have taken it since; Unlock still returns ErrNotHeld
-// once the lease has run out, or after renewal found it lost). A fair
-// release whose first run handed the lock to a waiter of this Client
-// still tells that waiter. The exception is a failover or an operator
-// deleting the key before the deadline: that too then counts as released.
+// lease from that attempt), and a release that finds the lock no longer
+// the caller's before the lease's local deadline counts as released, since
+// only its own first run could have let it go then (another owner may
+// have taken it since; Unlock still returns ErrNotHeld once the lease has
+// run out, or after renewal found it lost). A fair release whose first run
+// handed the lock to a waiter of this Client still tells that waiter. The
+// exception is a failover or an operator deleting the key before the
+// deadline: that too then counts as released. Redlock is the other
+// exception: a node whose SET was resent answers as if another owner held
+// the lock, so the attempt may miss its quorum and fail (safely: it
+// releases what it took). Asking SET for the old value (GET) would tell,
+// but go-redis spends about 20 allocations on each nil reply, a third
+// more per lock pair.
 //
 // A Client and a Lease are safe for concurrent use. A Lease is owned by its
 // token, not by a goroutine. Without Reentrant the lock is not reentrant:

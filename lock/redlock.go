@@ -226,20 +226,14 @@ func (r *Redlock) attempt(ctx context.Context, l *Lease) error {
 	actx, cancel := context.WithTimeout(ctx, max(l.ttl/10, time.Millisecond))
 	settled := make(chan struct{})
 	l.settled = settled
-	// GET makes SET answer with the value it found: none, so it set ours;
-	// ours, when go-redis resent the SET after losing the first reply
-	// (MaxRetries), which then counts as granted; or another owner's.
-	set := []any{"set", l.keyArg, l.tokenArg, "nx", "px", l.ttlArg, "get"} // read-only: shared by the nodes
+	set := []any{"set", l.keyArg, l.tokenArg, "nx", "px", l.ttlArg} // read-only: shared by the nodes
 	t := r.gather(actx, func(t tally) bool { return t.yes >= r.quorum }, 0, func() { cancel(); close(settled) }, func(ctx context.Context, n RedisClient) (bool, error) {
-		cmd := redis.NewStringCmd(ctx, set...)
+		cmd := redis.NewStatusCmd(ctx, set...)
 		err := n.Process(ctx, cmd)
 		if errors.Is(err, redis.Nil) {
-			return true, nil
+			return false, nil // held by someone else
 		}
-		if err != nil {
-			return false, err
-		}
-		return cmd.Val() == l.token, nil
+		return err == nil, err
 	})
 	granted, err := t.yes, t.err
 	validity := l.ttl - time.Since(start) - l.drift

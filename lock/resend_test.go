@@ -2,11 +2,8 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/surgekit/surge/internal/redistest"
 	"github.com/surgekit/surge/internal/script"
@@ -192,43 +189,6 @@ func TestAResentFairHandoverStillHandsTheLockOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-}
-
-// A Redlock node whose SET reply was lost and resent answers with the
-// lock it holds for us: that counts as granted, not as another owner's.
-func redlockCountsAResentSetAsGranted(t *testing.T, clients []*redis.Client) {
-	ctx := context.Background()
-	faults := redistest.NewFaults()
-	nodes := make([]*redis.Client, len(clients))
-	for i, c := range clients {
-		nodes[i] = redis.NewClient(&redis.Options{Addr: c.Options().Addr, MaxRetries: -1})
-		t.Cleanup(func() { _ = nodes[i].Close() })
-		if i < 3 {
-			nodes[i].AddHook(faults)
-		}
-	}
-	r := newRedlock(t, nodes)
-	// A majority of the nodes resend.
-	resent := faults.On(redistest.Command("set")).Resend().Times(3)
-	l, err := r.TryLock(ctx, "order:resent", time.Minute)
-	if err != nil {
-		t.Fatalf("TryLock with three SETs resent: %v", err)
-	}
-	if resent.Hits() != 3 {
-		t.Fatalf("%d SETs resent, want 3", resent.Hits())
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := holders(t, clients, "order:resent"); n != 0 {
-		t.Fatalf("%d nodes still hold the lock", n)
-	}
-	if _, err := r.TryLock(ctx, "order:resent", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.TryLock(ctx, "order:resent", time.Minute); !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("a second owner: %v, want ErrNotObtained", err)
-	}
 }
 
 // An attempt that finds the fair lock already its own (a handover whose
