@@ -484,7 +484,7 @@ func (f *Filter) args(add bool, g *group) []any {
 			a = append(a, l.capacity)
 		}
 	} else {
-		a = existsScript.ArgsRO(1+known, 3+known+len(g.items)*stride)
+		a = existsScript.ArgsRO(1+known, 4+2*known+len(g.items)*stride)
 		a = append(a, sh.keys[:1+known]...)
 		a = append(a, f.paramStr, known)
 		for _, l := range layers {

@@ -562,3 +562,27 @@ func TestDropDeletesEveryKey(t *testing.T) {
 		}
 	})
 }
+
+// Each script call's arguments are built in one slice sized up front:
+// a wrong size costs a reallocation of every call's arguments.
+func TestScriptArgumentsFitTheirSlice(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = rdb.Close() })
+	fixed := mustNew(t, rdb, "fit", 100, 0.01)
+	scalable := mustScalable(t, rdb, "fit-scalable", 100, 0.01)
+	scalable.shards[0].known.Store(3)
+	items := []string{"a", "b", "c"}
+	for _, add := range []bool{true, false} {
+		g := group{items: items}
+		if a := scalable.args(add, &g); len(a) != cap(a) {
+			t.Errorf("scalable, add %v: %d arguments in a slice of %d", add, len(a), cap(a))
+		}
+		s := existsFixedScript
+		if add {
+			s = addFixedScript
+		}
+		if a := fixed.fixedArgs(s, add, &g); len(a) != cap(a) {
+			t.Errorf("fixed, add %v: %d arguments in a slice of %d", add, len(a), cap(a))
+		}
+	}
+}
