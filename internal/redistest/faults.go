@@ -126,6 +126,10 @@ func (r *Rule) LoseReply(err error) *Rule {
 // a read timeout (Options.MaxRetries, 3 by default): the first run's
 // effects stay, its reply is never seen. A pipeline with a matched
 // command is sent twice as a whole, as go-redis resends pipelines.
+//
+// Load a script (SCRIPT LOAD, on every node of a cluster) before a Resend
+// or LoseReply rule with Times meets it: otherwise the rule is spent on
+// the EVALSHA that fails with NOSCRIPT, not on the EVAL that runs.
 func (r *Rule) Resend() *Rule {
 	r.f.mu.Lock()
 	r.resend = true
