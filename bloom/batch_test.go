@@ -47,6 +47,36 @@ func land(t *testing.T, fl *flight, b *coalesce.Batcher[string, answer]) {
 	}
 }
 
+// addResult is what one Add returned.
+type addResult struct {
+	isNew bool
+	err   error
+}
+
+// queueAdds starts an Add of each item in turn, each once the one before
+// is queued behind the calls fillFlight holds, then lands those and checks
+// that they succeeded (inFlight has their errors). It returns each Add's
+// result, in the order of items.
+func queueAdds(t *testing.T, ctx context.Context, f *Filter, fl *flight, inFlight <-chan error, items []string) []chan addResult {
+	t.Helper()
+	results := make([]chan addResult, len(items))
+	for i, item := range items {
+		results[i] = make(chan addResult, 1)
+		go func() {
+			isNew, err := f.Add(ctx, item)
+			results[i] <- addResult{isNew, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
+	}
+	land(t, fl, &f.shards[0].adds)
+	for range maxInFlight {
+		if err := <-inFlight; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return results
+}
+
 func TestConcurrentAddsShareScriptCalls(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
@@ -64,34 +94,16 @@ func TestConcurrentAddsShareScriptCalls(t *testing.T) {
 
 		// Ten Adds queue behind them, five of one item: in one script
 		// call, decided one after the other, exactly one of the five is new.
-		type outcome struct {
-			item  string
-			isNew bool
-			err   error
-		}
 		queued := []string{"same", "same", "same", "same", "same", "a", "b", "c", "d", "e"}
-		results := make(chan outcome, len(queued))
-		for i, item := range queued {
-			go func() {
-				isNew, err := f.Add(ctx, item)
-				results <- outcome{item, isNew, err}
-			}()
-			redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
-		}
-		land(t, held, &f.shards[0].adds)
-		for range maxInFlight {
-			if err := <-first; err != nil {
-				t.Fatal(err)
-			}
-		}
+		results := queueAdds(t, ctx, f, held, first, queued)
 		fresh := map[string]int{}
-		for range queued {
-			o := <-results
+		for i, item := range queued {
+			o := <-results[i]
 			if o.err != nil {
 				t.Fatal(o.err)
 			}
 			if o.isNew {
-				fresh[o.item]++
+				fresh[item]++
 			}
 		}
 		if fresh["same"] != 1 || len(fresh) != 6 {
@@ -172,25 +184,7 @@ func TestACoalescedAddThatWentInIsNotReportedFullWithTheOnesThatDidNot(t *testin
 			_, err := f.Add(ctx, first) // present: takes no room
 			inFlight <- err
 		})
-		type outcome struct {
-			isNew bool
-			err   error
-		}
-		results := make([]chan outcome, len(fresh))
-		for i, item := range fresh {
-			results[i] = make(chan outcome, 1)
-			go func() {
-				isNew, err := f.Add(ctx, item)
-				results[i] <- outcome{isNew, err}
-			}()
-			redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
-		}
-		land(t, held, &f.shards[0].adds)
-		for range maxInFlight {
-			if err := <-inFlight; err != nil {
-				t.Fatal(err)
-			}
-		}
+		results := queueAdds(t, ctx, f, held, inFlight, fresh)
 		if o := <-results[0]; o.err != nil || !o.isNew {
 			t.Fatalf("Add(%s), which took the last place: %v %v, want new", fresh[0], o.isNew, o.err)
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/surgekit/surge/internal/redistest"
 )
@@ -94,26 +93,8 @@ func TestAddsCoalescedInACallSentTwiceAreEachNew(t *testing.T) {
 		})
 		// The held calls have their fate; the batch behind them is sent twice.
 		resend := faults.On(redistest.Script(addFixedScript.Hash())).Resend().Times(1)
-		type outcome struct {
-			isNew bool
-			err   error
-		}
 		queued := append(items("queued", 8), "old")
-		results := make([]chan outcome, len(queued))
-		for i, item := range queued {
-			results[i] = make(chan outcome, 1)
-			go func() {
-				isNew, err := f.Add(ctx, item)
-				results[i] <- outcome{isNew, err}
-			}()
-			redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
-		}
-		land(t, held, &f.shards[0].adds)
-		for range maxInFlight {
-			if err := <-inFlight; err != nil {
-				t.Fatal(err)
-			}
-		}
+		results := queueAdds(t, ctx, f, held, inFlight, queued)
 		got := make([]bool, len(queued))
 		for i := range queued {
 			o := <-results[i]
