@@ -22,15 +22,10 @@ import (
 // read timeout): the first run's effects stay, and the caller sees only
 // the second run's reply.
 
-// rsResend makes the next run of s through f run twice. The script is
-// loaded first, so that what runs twice is the script, not an EVALSHA
-// turned away with NOSCRIPT.
+// rsResend makes the next run of s through f run twice.
 func rsResend(t *testing.T, rdb redis.UniversalClient, f *redistest.Faults, s *script.Script) *redistest.Rule {
 	t.Helper()
-	if err := rdb.ScriptLoad(context.Background(), s.Source()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	return f.On(redistest.Script(s.Hash())).Resend().Times(1)
+	return redistest.ResendOnce(t, rdb, f, s.Hash(), s.Source())
 }
 
 // rsResent fails the test unless rule made a call run twice.

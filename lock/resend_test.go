@@ -62,11 +62,7 @@ func TestAResentReleaseStillUnlocksAndWakesTheWaiter(t *testing.T) {
 					got <- result{l, err}
 				}()
 				redistest.WaitFor(t, 10*time.Second, "the waiter to wait", func() bool { return waiting(waiter, held) })
-				// Loaded first: EVALSHA's NOSCRIPT would be what is resent.
-				if err := b.Client(t).ScriptLoad(ctx, k.release.Source()).Err(); err != nil {
-					t.Fatal(err)
-				}
-				resent := faults.On(redistest.Script(k.release.Hash())).Resend().Times(1)
+				resent := redistest.ResendOnce(t, b.Client(t), faults, k.release.Hash(), k.release.Source())
 				if err := held.Unlock(ctx); err != nil {
 					t.Fatalf("Unlock with its reply lost and resent: %v", err)
 				}
@@ -164,10 +160,7 @@ func TestAResentFairHandoverStillHandsTheLockOver(t *testing.T) {
 			got <- result{l, err}
 		}()
 		redistest.WaitFor(t, 10*time.Second, "the waiter's place", func() bool { return queued(t, b, held) == 1 })
-		if err := b.Client(t).ScriptLoad(ctx, fairReleaseScript.Source()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		resent := faults.On(redistest.Script(fairReleaseScript.Hash())).Resend().Times(1)
+		resent := redistest.ResendOnce(t, b.Client(t), faults, fairReleaseScript.Hash(), fairReleaseScript.Source())
 		if err := held.Unlock(ctx); err != nil {
 			t.Fatalf("Unlock with its reply lost and resent: %v", err)
 		}

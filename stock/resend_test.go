@@ -15,11 +15,7 @@ import (
 // next run of s: it runs twice, and the caller sees the second reply.
 func resendOnce(t *testing.T, b *redistest.Backend, f *redistest.Faults, s *script.Script) *redistest.Rule {
 	t.Helper()
-	// Loaded first: EVALSHA's NOSCRIPT would be what is resent.
-	if err := b.Client(t).ScriptLoad(context.Background(), s.Source()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	return f.On(redistest.Script(s.Hash())).Resend().Times(1)
+	return redistest.ResendOnce(t, b.Client(t), f, s.Hash(), s.Source())
 }
 
 // A resent restock must not add its units twice: phantom stock is an

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -317,4 +318,16 @@ func (f *Faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// ResendOnce makes the next run of the script (sha, src) through f run
+// twice, as after a lost reply, and returns the rule. The script is loaded
+// on rdb first (on every master of a cluster), so that what runs twice is
+// the script, not an EVALSHA turned away with NOSCRIPT.
+func ResendOnce(t testing.TB, rdb redis.UniversalClient, f *Faults, sha, src string) *Rule {
+	t.Helper()
+	if err := rdb.ScriptLoad(context.Background(), src).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return f.On(Script(sha)).Resend().Times(1)
 }
