@@ -1,9 +1,9 @@
 -- allow.lua: decide one request against one or more limits, all or
 -- nothing: the request is admitted only if every limit admits it, and a
 -- request some limit refuses consumes nothing from any of them. Arguments
--- and reply: common.lua. Single GCRA and fixed-window limits go through
--- gcra_one.lua and fixed_one.lua instead, which skip this loop's
--- bookkeeping.
+-- and reply: common.lua. Sets of GCRA limits only and single fixed
+-- windows go through gcra_all.lua and fixed_one.lua instead, which skip
+-- this loop's bookkeeping.
 --
 -- The loop decides each limit and keeps nine values per limit in d, from
 -- d[b+1]: admitted; remaining and reset after, before taking the cost and

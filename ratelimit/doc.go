@@ -33,7 +33,10 @@
 // 8571428.57 µs apart) accumulates no rounding. A fresh key at N a second
 // with burst N admits exactly N at one instant and reports Remaining N-1
 // after the first. (go-redis/redis_rate computes in float seconds and can
-// report one fewer.)
+// report one fewer.) The script only reads the TAT, decides and stores the
+// new one; it returns the state it read, and Remaining, RetryAfter and
+// ResetAfter are worked out from it in Go, exactly, in int64: Redis's time
+// is the scarce one, shared by every process.
 //
 // FixedWindow counts requests in a window that starts with a key's first
 // request and lasts Period; at most Rate per window. It is the familiar

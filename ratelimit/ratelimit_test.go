@@ -476,6 +476,68 @@ func TestOneFixedWindowAnswersAsAllowAllDoes(t *testing.T) {
 	})
 }
 
+// Sets of GCRA limits run their own script (gcra_all.lua), which leaves
+// the arithmetic to Go; a set that mixes algorithms runs allow.lua, which
+// does it in Lua (gcra.lua). At a pinned clock the two must answer
+// exactly alike, times included, refusals, peeks and costs above 1 too.
+func TestGCRALimitsAnswerAsAMixedSetDoes(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		l, clock := newPinned(t, b)
+		alone, mixed := "{"+redistest.Key(t)+"}", "{"+redistest.Key(t)+"}"
+		// 7 a minute does not divide the period: the state keeps a
+		// remainder, and the times round.
+		perMinute, perSecond, never := PerMinute(7).WithBurst(3), PerSecond(10).WithBurst(4), PerHour(1000).Using(FixedWindow)
+		steps := []struct {
+			peek bool
+			cost int64
+			wait time.Duration
+		}{
+			{cost: 1}, {cost: 2}, {cost: 1}, {peek: true, cost: 1}, {cost: 1, wait: 3 * time.Second},
+			{cost: 3, wait: 8571428 * time.Microsecond}, {cost: 1, wait: time.Microsecond}, {cost: 2, wait: 250 * time.Millisecond},
+			{peek: true, cost: 1, wait: time.Hour}, {cost: 3},
+		}
+		admitted, refused := 0, 0
+		for i, s := range steps {
+			clock.add(s.wait)
+			var got, want Decision
+			var err error
+			if s.peek {
+				var a, m Result
+				if a, err = l.Peek(ctx, alone+":m", perMinute); err == nil {
+					m, err = l.Peek(ctx, mixed+":m", perMinute)
+				}
+				got, want = Decision{Allowed: a.Allowed, Results: []Result{a}}, Decision{Allowed: m.Allowed, Results: []Result{m}}
+			} else {
+				got, err = l.AllowAll(ctx, s.cost, Check{alone + ":m", perMinute}, Check{alone + ":s", perSecond})
+				if err == nil {
+					want, err = l.AllowAll(ctx, s.cost, Check{mixed + ":m", perMinute}, Check{mixed + ":s", perSecond}, Check{mixed + ":f", never})
+					want.Results = want.Results[:2]
+				}
+			}
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			if got.Allowed != want.Allowed || len(got.Results) != len(want.Results) {
+				t.Fatalf("step %d: GCRA alone %+v, in a mixed set %+v", i, got, want)
+			}
+			for j := range got.Results {
+				if got.Results[j] != want.Results[j] {
+					t.Fatalf("step %d, limit %d: GCRA alone %+v, in a mixed set %+v", i, j, got.Results[j], want.Results[j])
+				}
+			}
+			if got.Allowed {
+				admitted++
+			} else {
+				refused++
+			}
+		}
+		if admitted < 3 || refused < 3 {
+			t.Fatalf("%d steps admitted, %d refused: the steps no longer test both", admitted, refused)
+		}
+	})
+}
+
 // A decision go-redis sends twice (after a lost reply) is left counted
 // twice under GCRA, the fixed window and the sliding window, as the package
 // documents, and once by the sliding log: the error is on the strict side,
@@ -483,7 +545,7 @@ func TestOneFixedWindowAnswersAsAllowAllDoes(t *testing.T) {
 func TestADecisionSentTwiceErrsOnTheStrictSide(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		scripts := map[Algorithm]*script.Script{GCRA: gcraOneScript, FixedWindow: fixedOneScript, SlidingLog: allowScript, SlidingWindow: allowScript}
+		scripts := map[Algorithm]*script.Script{GCRA: gcraAllScript, FixedWindow: fixedOneScript, SlidingLog: allowScript, SlidingWindow: allowScript}
 		for _, alg := range []Algorithm{GCRA, FixedWindow, SlidingLog, SlidingWindow} {
 			f := redistest.NewFaults()
 			l := newLimiter(t, b.Client(t, f))

@@ -11,7 +11,8 @@ import (
 // division), then the algorithms it uses, then its own part. A script
 // carries only the algorithms it needs: defining a Lua function creates a
 // closure on every call, and on a busy server each costs measurable time.
-// fixed_one.lua, the single fixed window, goes further and stands alone.
+// gcra_all.lua (any set of GCRA limits) and fixed_one.lua (a single fixed
+// window), the hot paths, go further and stand alone.
 var (
 	//go:embed common.lua
 	commonLua string
@@ -24,13 +25,13 @@ var (
 
 	//go:embed allow.lua
 	allowLua string
-	//go:embed gcra_one.lua
-	gcraOneLua string
+	//go:embed gcra_all.lua
+	gcraAllLua string
 	//go:embed fixed_one.lua
 	fixedOneLua string
 
 	allowScript    = decisionScript(gcraLua, fixedLua, slidingLua, allowLua)
-	gcraOneScript  = decisionScript(gcraLua, gcraOneLua)
+	gcraAllScript  = script.New(gcraAllLua)
 	fixedOneScript = script.New(fixedOneLua)
 )
 
