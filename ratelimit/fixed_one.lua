@@ -1,50 +1,49 @@
--- fixed_one.lua: decide one request against one fixed-window limit. It
--- takes the arguments and gives the reply that common.lua describes, but
--- runs alone, without common.lua and fixed.lua: this is the hot path of
--- the most used limit, and their shared helpers (closures created on
--- every call, the seven-value tuple) cost about a tenth of its server
--- time. The algorithm is fixed.lua's; keep the two in step.
+-- fixed_one.lua: decide one request against one fixed-window limit, the
+-- hot path of the most used limit. The algorithm is fixed.lua's, which
+-- allow.lua runs for sets of limits; keep the two in step (a test holds
+-- their answers equal). Like gcra_all.lua it leaves the arithmetic of the
+-- result to Go and does here only what must be atomic.
 --
--- Consuming takes two commands for an admitted request: INCRBY counts it
--- first (sparing a read), PTTL reads the window's end, and a key without a
+-- KEYS[1]  the window's counter
+-- ARGV[1]  '1' to count the request when admitted, '0' to only look
+-- ARGV[2]  rate: requests admitted per window
+-- ARGV[3]  the window in milliseconds
+-- ARGV[4]  the request's cost
+--
+-- Reply: {count, pttl}. count is the window's count with this request
+-- added when counting (the request was admitted if count <= rate, and
+-- otherwise taken back here), the count as it stands when looking. pttl is
+-- the window's PTTL, the whole window for a key that had no TTL.
+--
+-- Counting takes two commands for an admitted request: INCRBY counts it
+-- first (sparing a read) and PTTL reads the window's end; a key without a
 -- TTL (new, or one that lost it) gets the whole window, so no key can
--- block forever. A refused request is taken back at once. Times are
--- PTTL + 1 ms, as fixed.lua explains.
-local key = KEYS[1]
-local rate, cost = tonumber(ARGV[5]), tonumber(ARGV[8])
--- The window in milliseconds, rounded up; exact for periods below 2^52 µs.
-local window = math.floor((tonumber(ARGV[6]) + 999) / 1000)
-
-if ARGV[2] == '1' then
-  local count = redis.call('INCRBY', key, cost)
+-- block forever, even when only looking.
+local key, argv = KEYS[1], ARGV
+if argv[1] == '1' then
+  local count = redis.call('INCRBY', key, argv[4])
   local pttl = redis.call('PTTL', key)
   if pttl < 0 then
-    redis.call('PEXPIRE', key, window)
-    pttl = window
+    pttl = tonumber(argv[3])
+    redis.call('PEXPIRE', key, pttl)
   end
-  if count <= rate then
-    return {1, rate - count, 0, (pttl + 1) * 1000}
+  if count > tonumber(argv[2]) then
+    local cost = tonumber(argv[4])
+    if count == cost then
+      redis.call('DEL', key)
+    else
+      redis.call('DECRBY', key, cost)
+    end
   end
-  local before = count - cost
-  if before == 0 then
-    redis.call('DEL', key)
-  else
-    redis.call('DECRBY', key, cost)
-  end
-  return {0, math.max(0, rate - before), (pttl + 1) * 1000, before > 0 and (pttl + 1) * 1000 or 0}
+  return {count, pttl}
 end
 
--- A peek: what consuming would answer, changing nothing but a lost TTL.
 local count = tonumber(redis.call('GET', key) or '0')
 local pttl = redis.call('PTTL', key)
 if pttl == -1 then
-  redis.call('PEXPIRE', key, window)
+  redis.call('PEXPIRE', key, argv[3])
 end
 if pttl < 0 then
-  pttl = window
+  pttl = tonumber(argv[3])
 end
-local retry = 0
-if count + cost > rate then
-  retry = (pttl + 1) * 1000
-end
-return {count + cost <= rate and 1 or 0, math.max(0, rate - count), retry, count > 0 and (pttl + 1) * 1000 or 0}
+return {count, pttl}

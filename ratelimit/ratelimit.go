@@ -252,6 +252,10 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 		allGCRA = allGCRA && c.Limit.Algorithm == GCRA
 	}
 
+	if len(checks) == 1 && checks[0].Limit.Algorithm == FixedWindow {
+		return l.decideFixed(ctx, consume, n, checks[0], keys[0])
+	}
+
 	now := noArg
 	if l.clock != nil {
 		now = strconv.FormatInt(l.clock().UnixMicro(), 10)
@@ -265,9 +269,6 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 	}
 
 	s := allowScript
-	if len(checks) == 1 && checks[0].Limit.Algorithm == FixedWindow {
-		s = fixedOneScript
-	}
 	args := s.Args(len(checks), len(checks)*6+3)
 	for _, k := range keys {
 		args = append(args, k)
@@ -352,6 +353,44 @@ func (l *Limiter) decideGCRA(ctx context.Context, consume bool, n int64, checks 
 		r.ResetAfter = time.Duration(ceilDiv(ahead, c.Limit.Rate)) * time.Microsecond
 	}
 	return d, nil
+}
+
+// decideFixed decides a request against a single fixed window with
+// fixed_one.lua, which replies with the window's count and PTTL and leaves
+// the result's arithmetic here. Times are PTTL + 1 ms, as fixed.lua
+// explains.
+func (l *Limiter) decideFixed(ctx context.Context, consume bool, n int64, c Check, key string) (Decision, error) {
+	mode := modeArgs[0]
+	if consume {
+		mode = modeArgs[1]
+	}
+	args := append(fixedOneScript.Args(1, 5), key, mode, c.Limit.Rate, ceilDiv(c.Limit.Period.Microseconds(), 1000), n)
+	res, err := fixedOneScript.Ints(ctx, l.rdb, args)
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratelimit: %q: %w", c.Key, err)
+	}
+	if len(res) != 2 || res[0] < 0 || res[1] < 0 {
+		return Decision{}, fmt.Errorf("ratelimit: %q: unexpected reply %v", c.Key, res)
+	}
+	rate, end := c.Limit.Rate, time.Duration(res[1]+1)*time.Millisecond
+	r := Result{Limit: c.Limit}
+	before := res[0] // the count without this request
+	if consume {
+		before -= n
+	}
+	r.Allowed = before+n <= rate
+	switch {
+	case r.Allowed && consume:
+		r.Remaining, r.ResetAfter = rate-before-n, end
+	case r.Allowed:
+		r.Remaining = rate - before
+	default:
+		r.Remaining, r.RetryAfter = max(0, rate-before), end
+	}
+	if before > 0 {
+		r.ResetAfter = end
+	}
+	return Decision{Allowed: r.Allowed, Results: []Result{r}}, nil
 }
 
 // ceilDiv is x / y rounded up, for x >= 0 and y > 0.
