@@ -39,6 +39,14 @@ type Batcher[Q, R any] struct {
 	MaxInFlight int
 	// MaxBatch bounds the requests in one batch.
 	MaxBatch int
+	// Detach is for requests that must not run twice. By default, a batch
+	// that fails because its leader's context ended is sent again for the
+	// others, as it may not have run. With Detach, a batch of more than
+	// one request runs on a goroutine of its own under a context the
+	// leader's cancellation does not end: a leader that gives up returns
+	// at once (with ErrOutcomeUnknown), the batch lands for the others, and
+	// nothing is sent again. The client's own timeouts bound the batch.
+	Detach bool
 	// OnIdle, if set, is called (with the Batcher's lock held: it must
 	// not call the Batcher) whenever the last batch in flight finishes
 	// and nothing is queued, so an owner that keeps Batchers per key can
@@ -93,8 +101,10 @@ func (b *Batcher[Q, R]) Do(ctx context.Context, req Q, send Send[Q, R]) (R, erro
 				return zero, err
 			}
 		}
-		if c.state == leading {
-			b.lead(ctx, c, send)
+		if c.state == leading && !b.lead(ctx, c, send) {
+			// The leader gave up; its detached batch goes on without it.
+			var zero R
+			return zero, errors.Join(ctx.Err(), ErrOutcomeUnknown)
 		}
 		// c is finished: nothing writes its fields any more.
 		if c.retry {
@@ -157,8 +167,10 @@ func (b *Batcher[Q, R]) handOver() {
 }
 
 // lead sends lead's request and those queued behind it, finishes every
-// call of the batch, and hands the lead on.
-func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q, R]) {
+// call of the batch, and hands the lead on. It reports false if the
+// leader's context ended while a detached batch was in flight: the batch
+// then finishes without it, and lead's fields are not its to read.
+func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q, R]) bool {
 	b.mu.Lock()
 	n := min(len(b.queue), b.MaxBatch-1)
 	batch := make([]*call[Q, R], 0, 1+n)
@@ -175,18 +187,43 @@ func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q,
 	for i, c := range batch {
 		reqs[i] = c.req
 	}
-	res, err := send(ctx, reqs)
-	if err == nil && len(res) != len(reqs) {
-		err = fmt.Errorf("coalesce: %d results for %d requests", len(res), len(reqs))
+	if !b.Detach || len(batch) == 1 {
+		res, err := send(ctx, reqs)
+		b.finish(ctx, batch, res, err, false)
+		return true
 	}
+	landed := make(chan struct{})
+	go func() {
+		res, err := send(context.WithoutCancel(ctx), reqs)
+		b.finish(ctx, batch, res, err, true)
+		close(landed)
+	}()
+	select {
+	case <-landed:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// finish hands out the results of batch, whose first call is its leader,
+// and hands the lead on. A batch that failed because the leader's context
+// ended is marked to be sent again for the others, unless it was
+// detached (it then did not fail for that reason).
+func (b *Batcher[Q, R]) finish(ctx context.Context, batch []*call[Q, R], res []R, err error, detached bool) {
+	if err == nil && len(res) != len(batch) {
+		err = fmt.Errorf("coalesce: %d results for %d requests", len(res), len(batch))
+	}
+	lead := batch[0]
+	leaderQuit := !detached && ctx.Err() != nil
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, c := range batch {
 		if err != nil {
 			c.err = err
-			c.retry = c != lead && ctx.Err() != nil
-			if c == lead && ctx.Err() != nil {
+			c.retry = c != lead && leaderQuit
+			if c == lead && leaderQuit {
 				// The leader gave up with its batch in flight.
 				c.err = errors.Join(err, ErrOutcomeUnknown)
 			}

@@ -228,6 +228,70 @@ func TestFollowersOfALeaderThatGaveUpAreSentAgain(t *testing.T) {
 	}
 }
 
+func TestADetachedBatchLandsForTheOthersWhenItsLeaderGivesUp(t *testing.T) {
+	b, g, out := heldFirst(8)
+	b.Detach = true // call 0 went alone, and batches of one never detach
+	ctx := context.Background()
+	quit, cancel := context.WithCancel(ctx)
+	start(b, g, quit, 1, out) // will lead [1 2 3]
+	waitQueued(t, b, 1)
+	start(b, g, ctx, 2, out)
+	start(b, g, ctx, 3, out)
+	waitQueued(t, b, 3)
+	g.release <- struct{}{}
+	<-out       // 0
+	<-g.entered // [1 2 3] in flight, detached from 1's context
+	cancel()
+	// The leader leaves while its batch is still held.
+	r := <-out
+	if r.req != 1 || !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, ErrOutcomeUnknown) {
+		t.Fatalf("leader: %+v, want its context's error and ErrOutcomeUnknown", r)
+	}
+	// One release lands the batch: sent again, it would need more.
+	g.release <- struct{}{}
+	got := map[int]string{}
+	for range 2 {
+		var r result
+		select {
+		case r = <-out:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the followers have not landed (so far %v): was their batch sent again?", got)
+		}
+		if r.err != nil {
+			t.Fatalf("follower %d: %v", r.req, r.err)
+		}
+		got[r.req] = r.res
+	}
+	if got[2] != "r2" || got[3] != "r3" {
+		t.Fatalf("followers: %v", got)
+	}
+	g.mu.Lock()
+	n := len(g.batches)
+	g.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d batches, want 2: a detached batch was sent again", n)
+	}
+	// The lead passed on: a new call goes at once.
+	g.release <- struct{}{}
+	start(b, g, ctx, 4, out)
+	if r := <-out; r.err != nil || r.res != "r4" {
+		t.Fatalf("a call after the detached batch: %+v", r)
+	}
+}
+
+func TestALoneDetachedCallThatGivesUpLearnsTheOutcomeIsUnknown(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8, Detach: true}
+	g := newGate()
+	quit, cancel := context.WithCancel(context.Background())
+	out := make(chan result, 1)
+	start(b, g, quit, 1, out)
+	<-g.entered
+	cancel()
+	if r := <-out; !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, ErrOutcomeUnknown) {
+		t.Fatalf("%+v, want its context's error and ErrOutcomeUnknown", r)
+	}
+}
+
 func TestManyCallersGetTheirOwnResults(t *testing.T) {
 	b := &Batcher[int, string]{MaxInFlight: 2, MaxBatch: 16}
 	send := func(_ context.Context, reqs []int) ([]string, error) {
