@@ -9,13 +9,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/surgekit/surge/internal/coalesce"
 	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/script"
 )
 
 // RedisClient is what a Client needs from a go-redis client: running its
 // scripts. *redis.Client, *redis.ClusterClient and *redis.Ring satisfy it,
-// as does every redis.UniversalClient.
+// as does every redis.UniversalClient. A client that also has go-redis's
+// Pipeline method (all of those do) lets concurrent counts share round
+// trips (see the package doc).
 type RedisClient interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
@@ -42,6 +45,9 @@ type Client struct {
 	// skew is how far the Redis clock was ahead of the local one when a
 	// script last said so (see windowed), in ns.
 	skew atomic.Int64
+	// pipeline sends concurrent script calls together (pipeline.go); nil
+	// if rdb cannot pipeline.
+	pipeline *coalesce.Batcher[scriptCall, scriptReply]
 }
 
 // New returns a Client that keeps its data in rdb.
@@ -61,7 +67,11 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 	if cfg.clock == nil {
 		cfg.clock = time.Now
 	}
-	return &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock}, nil
+	c := &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock}
+	if _, ok := rdb.(pipeliner); ok {
+		c.pipeline = newPipeline()
+	}
+	return c, nil
 }
 
 // key returns the Redis key of what the caller calls key, plus suffix: the

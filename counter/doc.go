@@ -160,6 +160,24 @@
 // sequence, so two writes in one microsecond differ and versions of a
 // value only grow.
 //
+// # Concurrent calls share round trips
+//
+// While a Client has two pipelines of script calls in flight, further
+// Take, Incr and Get calls queue, and the next pipeline takes them along,
+// up to 64 at a time. Each is still a script call of its own with its own
+// keys: Redis decides each alone, and on a cluster go-redis sends each to
+// its node. Only the round trips and the network syscalls are shared,
+// which is what lets a crowd through faster than one round trip per call
+// (on a 2-core machine, sixteen goroutines made half as many calls again).
+// A lone call goes at once, alone. A call whose context ends while it is
+// queued is never sent; one whose context ends while its pipeline is in
+// flight returns at once, with an error that wraps ctx.Err() and says the
+// outcome is unknown (it may have counted), and the pipeline goes on for
+// the others: nothing is sent twice because one caller gave up. go-redis
+// resends a pipeline whose replies were lost as a whole, with the effect
+// on each call described above. A RedisClient without a Pipeline method
+// sends every call alone.
+//
 // A Client is safe for concurrent use. Every method takes a context first;
 // cancelling it returns an error that wraps ctx.Err(). Bad arguments wrap
 // ErrInvalid and never reach Redis.

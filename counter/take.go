@@ -216,7 +216,7 @@ func (c *Client) windowed(ctx context.Context, s *script.Script, build func(now 
 		if err != nil {
 			return nil, err
 		}
-		res, err := s.Ints(ctx, c.rdb, args)
+		res, err := c.ints(ctx, s, args)
 		if err != nil {
 			return nil, err
 		}
