@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/surgekit/surge/internal/coalesce"
 	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/script"
 )
@@ -45,9 +44,8 @@ type Client struct {
 	// skew is how far the Redis clock was ahead of the local one when a
 	// script last said so (see windowed), in ns.
 	skew atomic.Int64
-	// pipeline sends concurrent script calls together (pipeline.go); nil
-	// if rdb cannot pipeline.
-	pipeline *coalesce.Batcher[scriptCall, scriptReply]
+	// pipeline sends the windowed counts of concurrent callers together.
+	pipeline *script.Pipeline
 }
 
 // New returns a Client that keeps its data in rdb.
@@ -67,11 +65,7 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 	if cfg.clock == nil {
 		cfg.clock = time.Now
 	}
-	c := &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock}
-	if _, ok := rdb.(pipeliner); ok {
-		c.pipeline = newPipeline()
-	}
-	return c, nil
+	return &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock, pipeline: script.NewPipeline(rdb)}, nil
 }
 
 // key returns the Redis key of what the caller calls key, plus suffix: the

@@ -141,6 +141,20 @@
 // WithBannedHandler sees the Verdict, to act once on the hit that starts a
 // ban.
 //
+// # Crowds
+//
+// A Limiter is safe for concurrent use; share one per process. Its
+// decisions share round trips under a crowd: while two pipelines of
+// decisions are in flight, the decisions that arrive queue, and the next
+// pipeline takes them along, up to 64 at a time. Each is still a script
+// call of its own on its own keys, decided alone, and a ClusterClient
+// sends each to its node; only the round trips and the network syscalls
+// are shared. A lone decision goes at once, alone. A decision whose
+// context ends while it is queued is never sent; one whose context ends
+// while its pipeline is in flight returns at once with an error wrapping
+// ctx.Err() (it may have been counted), and the pipeline lands for the
+// others, none sent twice. Penalty hits and concurrency slots go alone.
+//
 // # Keys
 //
 // A counter lives at prefix + {key} + ":" + the limit's id (algorithm,

@@ -34,6 +34,8 @@ var (
 type Limiter struct {
 	rdb    RedisClient
 	prefix string
+	// pipeline sends the decisions of concurrent callers together.
+	pipeline *script.Pipeline
 	// clock, when set, replaces Redis TIME in the decisions: tests pin it
 	// to check exact behaviour on a real server.
 	clock func() time.Time
@@ -53,7 +55,7 @@ func New(rdb RedisClient, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	return &Limiter{rdb: rdb, prefix: cfg.prefix}, nil
+	return &Limiter{rdb: rdb, prefix: cfg.prefix, pipeline: script.NewPipeline(rdb)}, nil
 }
 
 // Result is a limit's verdict on one request.
@@ -281,7 +283,7 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 	for _, c := range checks {
 		args = append(args, algorithmArgs[c.Limit.Algorithm], c.Limit.Rate, c.Limit.Period.Microseconds(), c.Limit.burst(), n)
 	}
-	res, err := s.Ints(ctx, l.rdb, args)
+	res, err := l.pipeline.Ints(ctx, s, args)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratelimit: %q: %w", checks[0].Key, err)
 	}
@@ -318,7 +320,7 @@ func (l *Limiter) decideGCRA(ctx context.Context, consume bool, n int64, checks 
 		period := c.Limit.Period.Microseconds()
 		args = append(args, c.Limit.Rate, c.Limit.burst()*period, n*period)
 	}
-	res, err := gcraAllScript.Ints(ctx, l.rdb, args)
+	res, err := l.pipeline.Ints(ctx, gcraAllScript, args)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratelimit: %q: %w", checks[0].Key, err)
 	}
@@ -365,7 +367,7 @@ func (l *Limiter) decideFixed(ctx context.Context, consume bool, n int64, c Chec
 		mode = modeArgs[1]
 	}
 	args := append(fixedOneScript.Args(1, 5), key, mode, c.Limit.Rate, ceilDiv(c.Limit.Period.Microseconds(), 1000), n)
-	res, err := fixedOneScript.Ints(ctx, l.rdb, args)
+	res, err := l.pipeline.Ints(ctx, fixedOneScript, args)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratelimit: %q: %w", c.Key, err)
 	}

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -534,6 +535,57 @@ func TestGCRALimitsAnswerAsAMixedSetDoes(t *testing.T) {
 		}
 		if admitted < 3 || refused < 3 {
 			t.Fatalf("%d steps admitted, %d refused: the steps no longer test both", admitted, refused)
+		}
+	})
+}
+
+// Concurrent decisions of one Limiter share pipelines (internal/script
+// tests those), each decided alone: six requests on one key at 4 a minute
+// queued together admit exactly four, beside keys of every slot.
+func TestConcurrentDecisionsShareAPipeline(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		l := newLimiter(t, rdb)
+		if err := rdb.ScriptLoad(ctx, gcraAllScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		release := redistest.HoldCalls(t, f, redistest.Script(gcraAllScript.Hash()), script.PipelinesInFlight, func() error {
+			_, err := l.Allow(ctx, redistest.Key(t), PerMinute(4))
+			return err
+		})
+		shared := redistest.Key(t)
+		keys := []string{shared, redistest.Key(t), shared, redistest.Key(t), shared, shared, redistest.Key(t), shared, shared}
+		type decided struct {
+			key     string
+			allowed bool
+		}
+		results := make(chan decided, len(keys))
+		for i, key := range keys {
+			go func() {
+				r, err := l.Allow(ctx, key, PerMinute(4))
+				if err != nil {
+					t.Error(err)
+				}
+				results <- decided{key, r.Allowed}
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the decision to queue", func() bool { return l.pipeline.Queued() == i+1 })
+		}
+		release()
+		admitted := map[string]int{}
+		for range keys {
+			if d := <-results; d.allowed {
+				admitted[d.key]++
+			}
+		}
+		want := map[string]int{}
+		for _, key := range keys {
+			want[key] = 1
+		}
+		want[shared] = 4
+		if !maps.Equal(admitted, want) {
+			t.Fatalf("admitted per key %v, want %v", admitted, want)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -330,4 +331,28 @@ func ResendOnce(t testing.TB, rdb redis.UniversalClient, f *Faults, sha, src str
 		t.Fatal(err)
 	}
 	return f.On(Script(sha)).Resend().Times(1)
+}
+
+// HoldCalls starts n calls of call, in goroutines of their own, holds
+// their commands that match m until every one of the n is held, and
+// returns a func that lets them go and waits for the calls to return
+// (failing the test on an error). It fills a batcher's flight, so that
+// the calls a test makes next queue behind it. Load the calls' script
+// first (see Resend).
+func HoldCalls(t testing.TB, f *Faults, m Match, n int, call func() error) (release func()) {
+	t.Helper()
+	hold := f.On(m).Hold().Times(n)
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- call() }()
+	}
+	WaitFor(t, 10*time.Second, fmt.Sprintf("%d calls to be held", n), func() bool { return hold.Hits() == n })
+	return func() {
+		hold.Release()
+		for range n {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+	}
 }

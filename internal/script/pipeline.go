@@ -1,0 +1,102 @@
+package script
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/coalesce"
+)
+
+// Pipeline runs the script calls of concurrent callers together: while
+// PipelinesInFlight pipelines are in flight, calls that arrive queue, and
+// the next pipeline takes them along (up to PipelineMax). Each call is
+// still a command of its own with its own keys, so Redis decides each
+// alone and a ClusterClient sends each to its node; only the round trips
+// and the network syscalls are shared. A lone call goes at once, alone.
+//
+// It is detached (coalesce.Batcher.Detach): a caller whose context ends
+// while its pipeline is in flight returns at once with
+// coalesce.ErrOutcomeUnknown, and the pipeline lands for the others, sent
+// once, so no call runs twice because another caller gave up.
+type Pipeline struct {
+	rdb   Processor
+	batch *coalesce.Batcher[call, reply] // nil: rdb cannot pipeline
+}
+
+// Concurrent calls share at most this many pipelines in flight, of at
+// most PipelineMax calls each. Two keep the connection and the server
+// busy while one reply travels back.
+const (
+	PipelinesInFlight = 2
+	PipelineMax       = 64
+)
+
+type call struct {
+	s    *Script
+	args []any
+}
+
+// reply is one call's own answer, error included: one call's error is
+// not another's.
+type reply struct {
+	ints []int64
+	err  error
+}
+
+// NewPipeline returns a Pipeline over rdb. If rdb has no Pipeline method
+// (every go-redis client has), each call is sent alone.
+func NewPipeline(rdb Processor) *Pipeline {
+	p := &Pipeline{rdb: rdb}
+	if _, ok := rdb.(Pipeliner); ok {
+		p.batch = &coalesce.Batcher[call, reply]{MaxInFlight: PipelinesInFlight, MaxBatch: PipelineMax, Detach: true}
+	}
+	return p
+}
+
+// Ints runs the command built with s.Args, in a pipeline with other
+// callers' when there are any, and returns its reply, an array of
+// integers.
+func (p *Pipeline) Ints(ctx context.Context, s *Script, args []any) ([]int64, error) {
+	if p.batch == nil {
+		return s.Ints(ctx, p.rdb, args)
+	}
+	r, err := p.batch.Do(ctx, call{s, args}, p.send)
+	if err != nil {
+		return nil, err
+	}
+	return r.ints, r.err
+}
+
+// Queued returns how many calls wait for a place in a pipeline.
+func (p *Pipeline) Queued() int {
+	if p.batch == nil {
+		return 0
+	}
+	return p.batch.Queued()
+}
+
+// send sends calls in one pipeline (a lone call as a plain command). A
+// call that meets NOSCRIPT is sent again alone, with the script's source.
+func (p *Pipeline) send(ctx context.Context, calls []call) ([]reply, error) {
+	replies := make([]reply, len(calls))
+	if len(calls) == 1 {
+		replies[0].ints, replies[0].err = calls[0].s.Ints(ctx, p.rdb, calls[0].args)
+		return replies, nil
+	}
+	pipe := p.rdb.(Pipeliner).Pipeline()
+	cmds := make([]*redis.IntSliceCmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = redis.NewIntSliceCmd(ctx, c.args...)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			replies[i].ints, replies[i].err = calls[i].s.Ints(ctx, p.rdb, calls[i].args)
+			continue
+		}
+		replies[i].ints, replies[i].err = cmd.Val(), cmd.Err()
+	}
+	return replies, nil
+}

@@ -1,0 +1,202 @@
+package script
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/coalesce"
+	"github.com/surgekit/surge/internal/redistest"
+)
+
+// incr counts: it adds ARGV[1] to KEYS[1] and replies {the new value}.
+var incr = New("return {redis.call('INCRBY', KEYS[1], ARGV[1])}")
+
+type incrResult struct {
+	v   []int64
+	err error
+}
+
+// fillPipelines holds p's pipelines in flight, one lone call each, so
+// that the calls after them queue; release lands them.
+func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient, f *redistest.Faults, p *Pipeline) (release func()) {
+	t.Helper()
+	// On every master, so that no call meets NOSCRIPT (the hold would be
+	// spent on it).
+	if err := rdb.ScriptLoad(ctx, incr.Source()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return redistest.HoldCalls(t, f, redistest.Script(incr.Hash()), PipelinesInFlight, func() error {
+		_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), redistest.Key(t), 1))
+		return err
+	})
+}
+
+// queue starts an incr of key and waits until it is queued behind the
+// held pipelines, the queued-th in line.
+func queue(t *testing.T, ctx context.Context, p *Pipeline, key string, queued int) chan incrResult {
+	t.Helper()
+	out := make(chan incrResult, 1)
+	go func() {
+		v, err := p.Ints(ctx, incr, append(incr.Args(1, 2), key, 1))
+		out <- incrResult{v, err}
+	}()
+	redistest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d calls to queue", queued), func() bool { return p.Queued() == queued })
+	return out
+}
+
+// Concurrent calls on keys of every slot go in one pipeline (on a
+// cluster, split by node) and each gets its own reply; three on one key
+// run one after the other.
+func TestConcurrentCallsShareAPipeline(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		p := NewPipeline(rdb)
+		release := fillPipelines(t, ctx, rdb, f, p)
+
+		shared := redistest.Key(t)
+		var keys []string
+		for range 8 {
+			keys = append(keys, redistest.Key(t))
+		}
+		keys = append(keys, shared, shared, shared)
+		sent := f.On(redistest.Script(incr.Hash()))
+		var outs []chan incrResult
+		for i, k := range keys {
+			outs = append(outs, queue(t, ctx, p, k, i+1))
+		}
+		release()
+
+		var sharedValues []int64
+		for i, out := range outs {
+			r := <-out
+			if r.err != nil || len(r.v) != 1 {
+				t.Fatalf("call %d: %v %v", i, r.v, r.err)
+			}
+			if keys[i] == shared {
+				sharedValues = append(sharedValues, r.v[0])
+			} else if r.v[0] != 1 {
+				t.Fatalf("call %d: %d, want 1", i, r.v[0])
+			}
+		}
+		slices.Sort(sharedValues)
+		if !slices.Equal(sharedValues, []int64{1, 2, 3}) {
+			t.Fatalf("three calls on one key counted %v, want [1 2 3]", sharedValues)
+		}
+		if n := sent.Hits(); n != len(keys) {
+			t.Fatalf("%d script calls sent for %d calls", n, len(keys))
+		}
+	})
+}
+
+// One call's error in a pipeline is that call's alone.
+func TestACallThatFailsInAPipelineFailsAlone(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		p := NewPipeline(rdb)
+		bad := redistest.Key(t)
+		if err := rdb.HSet(ctx, bad, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		release := fillPipelines(t, ctx, rdb, f, p)
+		good := redistest.Key(t)
+		first := queue(t, ctx, p, good, 1)
+		wrong := queue(t, ctx, p, bad, 2)
+		last := queue(t, ctx, p, good, 3)
+		release()
+		if r := <-wrong; r.err == nil || !strings.Contains(r.err.Error(), "WRONGTYPE") {
+			t.Fatalf("an incr of a hash: %v %v, want a WRONGTYPE error", r.v, r.err)
+		}
+		for i, out := range []chan incrResult{first, last} {
+			if r := <-out; r.err != nil {
+				t.Fatalf("call %d beside the failing one: %v", i, r.err)
+			}
+		}
+		if v, err := rdb.Get(ctx, good).Int64(); err != nil || v != 2 {
+			t.Fatalf("%d %v, want 2", v, err)
+		}
+	})
+}
+
+// A caller that gives up while its pipeline is in flight learns that its
+// outcome is unknown, at once; the pipeline still lands for the other
+// calls in it, sent once: they must not run twice because it gave up.
+func TestACallerThatGivesUpDoesNotResendTheOthers(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		p := NewPipeline(rdb)
+		release := fillPipelines(t, ctx, rdb, f, p)
+
+		leader, others := redistest.Key(t), []string{redistest.Key(t), redistest.Key(t)}
+		// Holds the pipeline the leader sends; counts the sends of one of
+		// the others.
+		held := f.On(hasArg(leader)).Hold()
+		otherSent := f.On(hasArg(others[0]))
+
+		quit, cancel := context.WithCancel(ctx)
+		defer cancel()
+		gaveUp := queue(t, quit, p, leader, 1)
+		outs := []chan incrResult{queue(t, ctx, p, others[0], 2), queue(t, ctx, p, others[1], 3)}
+		release()
+		redistest.WaitFor(t, 10*time.Second, "the pipeline to be held", func() bool { return held.Hits() == 1 })
+		cancel()
+		select {
+		case r := <-gaveUp:
+			if !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, coalesce.ErrOutcomeUnknown) {
+				t.Fatalf("the caller that gave up: %v, want its context's error and ErrOutcomeUnknown", r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a caller that gave up is still waiting for its pipeline")
+		}
+		held.Release()
+		for i, out := range outs {
+			if r := <-out; r.err != nil || len(r.v) != 1 || r.v[0] != 1 {
+				t.Fatalf("call %d in the pipeline: %v %v, want 1", i, r.v, r.err)
+			}
+		}
+		if n := otherSent.Hits(); n != 1 {
+			t.Fatalf("a call in the pipeline was sent %d times, want 1", n)
+		}
+		for _, k := range append(others, leader) {
+			if v, err := rdb.Get(ctx, k).Int64(); err != nil || v != 1 {
+				t.Fatalf("%s: %d %v, want 1: every call in the pipeline ran once", k, v, err)
+			}
+		}
+	})
+}
+
+// hasArg matches a command with arg among its arguments.
+func hasArg(arg string) redistest.Match {
+	return func(cmd redis.Cmder) bool {
+		return slices.Contains(cmd.Args(), any(arg))
+	}
+}
+
+// processOnly is a client with Process and nothing else.
+type processOnly struct{ Processor }
+
+func TestAClientThatCannotPipelineSendsEachCallAlone(t *testing.T) {
+	b := redistest.Open(t, redistest.Mini)
+	p := NewPipeline(processOnly{b.Client(t)})
+	key := redistest.Key(t)
+	for want := int64(1); want <= 2; want++ {
+		if v, err := p.Ints(context.Background(), incr, append(incr.Args(1, 2), key, 1)); err != nil || v[0] != want {
+			t.Fatalf("%v %v, want [%d]", v, err, want)
+		}
+	}
+	if p.Queued() != 0 || p.batch != nil {
+		t.Fatal("a client without Pipeline got a batcher")
+	}
+}
