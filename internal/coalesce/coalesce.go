@@ -86,6 +86,9 @@ const (
 // because its leader's context ended is sent again for the others.
 func (b *Batcher[Q, R]) Do(ctx context.Context, req Q, send Send[Q, R]) (R, error) {
 	for {
+		if b.TryAlone() {
+			return b.alone(ctx, req, send)
+		}
 		c := &call[Q, R]{req: req}
 		b.mu.Lock()
 		if b.inFlight < b.MaxInFlight {
@@ -164,6 +167,48 @@ func (b *Batcher[Q, R]) handOver() {
 	b.queue = slices.Delete(b.queue, 0, 1)
 	next.state = leading
 	next.done <- struct{}{}
+}
+
+// TryAlone takes a place in flight for a request its caller sends itself,
+// alone, if a place is free and no call is queued (nobody to take along):
+// the common case of a lone caller, which then needs none of a batch's
+// bookkeeping or allocations. It reports whether it took one; if so, the
+// caller must call AloneDone once its request has landed (or failed), so
+// that calls queued behind it meanwhile get the place.
+func (b *Batcher[Q, R]) TryAlone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inFlight < b.MaxInFlight && len(b.queue) == 0 {
+		b.inFlight++
+		return true
+	}
+	return false
+}
+
+// AloneDone gives back the place TryAlone took.
+func (b *Batcher[Q, R]) AloneDone() {
+	b.mu.Lock()
+	b.handOver()
+	b.mu.Unlock()
+}
+
+// alone sends req through send as a batch of its own, with the place
+// TryAlone took.
+func (b *Batcher[Q, R]) alone(ctx context.Context, req Q, send Send[Q, R]) (R, error) {
+	res, err := send(ctx, []Q{req})
+	if err == nil && len(res) != 1 {
+		err = fmt.Errorf("coalesce: %d results for 1 request", len(res))
+	}
+	b.AloneDone()
+	if err != nil {
+		var zero R
+		if ctx.Err() != nil {
+			// It gave up with its request in flight.
+			err = errors.Join(err, ErrOutcomeUnknown)
+		}
+		return zero, err
+	}
+	return res[0], nil
 }
 
 // lead sends lead's request and those queued behind it, finishes every

@@ -292,6 +292,36 @@ func TestALoneDetachedCallThatGivesUpLearnsTheOutcomeIsUnknown(t *testing.T) {
 	}
 }
 
+func TestAPlaceTakenAloneIsHandedToTheCallsQueuedBehindIt(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	if !b.TryAlone() {
+		t.Fatal("TryAlone on an idle Batcher took no place")
+	}
+	if b.TryAlone() {
+		t.Fatal("TryAlone took a second place of one")
+	}
+	g := newGate()
+	out := make(chan result, 2)
+	start(b, g, context.Background(), 1, out)
+	waitQueued(t, b, 1)
+	start(b, g, context.Background(), 2, out)
+	waitQueued(t, b, 2)
+	b.AloneDone() // the place goes to 1, which takes 2 along
+	if batch := <-g.entered; len(batch) != 2 {
+		t.Fatalf("batch %v, want [1 2]", batch)
+	}
+	g.release <- struct{}{}
+	for range 2 {
+		if r := <-out; r.err != nil || r.res != fmt.Sprint("r", r.req) {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if !b.TryAlone() {
+		t.Fatal("no place free once everything landed")
+	}
+	b.AloneDone()
+}
+
 func TestManyCallersGetTheirOwnResults(t *testing.T) {
 	b := &Batcher[int, string]{MaxInFlight: 2, MaxBatch: 16}
 	send := func(_ context.Context, reqs []int) ([]string, error) {

@@ -22,6 +22,7 @@ import (
 type Pipeline struct {
 	rdb   Processor
 	batch *coalesce.Batcher[call, reply] // nil: rdb cannot pipeline
+	send  coalesce.Send[call, reply]     // p.sendCalls, bound once
 }
 
 // Concurrent calls share at most this many pipelines in flight, of at
@@ -50,6 +51,7 @@ func NewPipeline(rdb Processor) *Pipeline {
 	p := &Pipeline{rdb: rdb}
 	if _, ok := rdb.(Pipeliner); ok {
 		p.batch = &coalesce.Batcher[call, reply]{MaxInFlight: PipelinesInFlight, MaxBatch: PipelineMax, Detach: true}
+		p.send = p.sendCalls
 	}
 	return p
 }
@@ -60,6 +62,11 @@ func NewPipeline(rdb Processor) *Pipeline {
 func (p *Pipeline) Ints(ctx context.Context, s *Script, args []any) ([]int64, error) {
 	if p.batch == nil {
 		return s.Ints(ctx, p.rdb, args)
+	}
+	if p.batch.TryAlone() {
+		res, err := s.Ints(ctx, p.rdb, args)
+		p.batch.AloneDone()
+		return res, err
 	}
 	r, err := p.batch.Do(ctx, call{s, args}, p.send)
 	if err != nil {
@@ -76,9 +83,9 @@ func (p *Pipeline) Queued() int {
 	return p.batch.Queued()
 }
 
-// send sends calls in one pipeline (a lone call as a plain command). A
+// sendCalls sends calls in one pipeline (a lone call as a plain command). A
 // call that meets NOSCRIPT is sent again alone, with the script's source.
-func (p *Pipeline) send(ctx context.Context, calls []call) ([]reply, error) {
+func (p *Pipeline) sendCalls(ctx context.Context, calls []call) ([]reply, error) {
 	replies := make([]reply, len(calls))
 	if len(calls) == 1 {
 		replies[0].ints, replies[0].err = calls[0].s.Ints(ctx, p.rdb, calls[0].args)
