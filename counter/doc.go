@@ -170,10 +170,10 @@
 // which is what lets a crowd through faster than one round trip per call
 // (on a 2-core machine, sixteen goroutines made half as many calls again).
 // A lone call goes at once, alone. A call whose context ends while it is
-// queued is never sent; one whose context ends while its pipeline is in
-// flight returns at once, with an error that wraps ctx.Err() and says the
-// outcome is unknown (it may have counted), and the pipeline goes on for
-// the others: nothing is sent twice because one caller gave up. go-redis
+// queued is never sent; one whose context ends while it is in flight
+// returns at once, with an error that wraps ctx.Err() (it may have
+// counted), and its pipeline goes on for the others: nothing is sent
+// twice because one caller gave up. go-redis
 // resends a pipeline whose replies were lost as a whole, with the effect
 // on each call described above. A RedisClient without a Pipeline method
 // sends every call alone.

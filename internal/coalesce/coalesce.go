@@ -83,7 +83,8 @@ const (
 // result. If the caller's context ends first, Do returns an error wrapping
 // the context's: before req was sent, req never is; once it is in flight,
 // the error also wraps ErrOutcomeUnknown. A batch that failed only
-// because its leader's context ended is sent again for the others.
+// because its leader's context ended is sent again for the others (see
+// Detach).
 func (b *Batcher[Q, R]) Do(ctx context.Context, req Q, send Send[Q, R]) (R, error) {
 	for {
 		if b.TryAlone() {
