@@ -2,7 +2,6 @@ package counter
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -38,11 +37,10 @@ func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 func queueIncr(t *testing.T, ctx context.Context, c *Client, l Limit, queued int) chan incrResult {
 	t.Helper()
 	out := make(chan incrResult, 1)
-	go func() {
+	redistest.GoQueued(t, c.pipeline.Queued, queued, func() {
 		ct, err := c.Incr(ctx, l, 1)
 		out <- incrResult{ct, err}
-	}()
-	redistest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d calls to queue", queued), func() bool { return c.pipeline.Queued() == queued })
+	})
 	return out
 }
 

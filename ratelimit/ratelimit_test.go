@@ -563,14 +563,13 @@ func TestConcurrentDecisionsShareAPipeline(t *testing.T) {
 		}
 		results := make(chan decided, len(keys))
 		for i, key := range keys {
-			go func() {
+			redistest.GoQueued(t, l.pipeline.Queued, i+1, func() {
 				r, err := l.Allow(ctx, key, PerMinute(4))
 				if err != nil {
 					t.Error(err)
 				}
 				results <- decided{key, r.Allowed}
-			}()
-			redistest.WaitFor(t, 10*time.Second, "the decision to queue", func() bool { return l.pipeline.Queued() == i+1 })
+			})
 		}
 		release()
 		admitted := map[string]int{}

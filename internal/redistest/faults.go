@@ -356,3 +356,12 @@ func HoldCalls(t testing.TB, f *Faults, m Match, n int, call func() error) (rele
 		}
 	}
 }
+
+// GoQueued starts call in a goroutine of its own and waits until queued
+// reports n: the call waits in a batcher's queue, behind a flight that
+// HoldCalls holds.
+func GoQueued(t testing.TB, queued func() int, n int, call func()) {
+	t.Helper()
+	go call()
+	WaitFor(t, 10*time.Second, fmt.Sprintf("%d calls to queue", n), func() bool { return queued() == n })
+}

@@ -3,7 +3,6 @@ package script
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -43,11 +42,10 @@ func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 func queue(t *testing.T, ctx context.Context, p *Pipeline, key string, queued int) chan incrResult {
 	t.Helper()
 	out := make(chan incrResult, 1)
-	go func() {
+	redistest.GoQueued(t, p.Queued, queued, func() {
 		v, err := p.Ints(ctx, incr, append(incr.Args(1, 2), key, 1))
 		out <- incrResult{v, err}
-	}()
-	redistest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d calls to queue", queued), func() bool { return p.Queued() == queued })
+	})
 	return out
 }
 
