@@ -15,9 +15,8 @@ import (
 
 // RedisClient is what a Client needs from a go-redis client: running its
 // scripts. *redis.Client, *redis.ClusterClient and *redis.Ring satisfy it,
-// as does every redis.UniversalClient. A client that also has go-redis's
-// Pipeline method (all of those do) lets concurrent counts share round
-// trips (see the package doc).
+// as does every redis.UniversalClient. Over a *redis.Client concurrent
+// counts share round trips (see the package doc).
 type RedisClient interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }

@@ -162,21 +162,22 @@
 //
 // # Concurrent calls share round trips
 //
-// While a Client has two pipelines of script calls in flight, further
-// Take, Incr and Get calls queue, and the next pipeline takes them along,
-// up to 64 at a time. Each is still a script call of its own with its own
-// keys: Redis decides each alone, and on a cluster go-redis sends each to
-// its node. Only the round trips and the network syscalls are shared,
-// which is what lets a crowd through faster than one round trip per call
-// (on a 2-core machine, sixteen goroutines made half as many calls again).
-// A lone call goes at once, alone. A call whose context ends while it is
-// queued is never sent; one whose context ends while it is in flight
-// returns at once, with an error that wraps ctx.Err() (it may have
-// counted), and its pipeline goes on for the others: nothing is sent
-// twice because one caller gave up. go-redis
-// resends a pipeline whose replies were lost as a whole, with the effect
-// on each call described above. A RedisClient without a Pipeline method
-// sends every call alone.
+// Over a client of one server (a *redis.Client), while a Client has two
+// pipelines of script calls in flight, further Take, Incr and Get calls
+// queue, and the next pipeline takes them along, up to 64 at a time. Each
+// is still a script call of its own with its own keys, decided alone;
+// only the round trips and the network syscalls are shared, which is what
+// lets a crowd through faster than one round trip per call (on a 2-core
+// machine, sixteen goroutines made half as many calls again). A lone call
+// goes at once, alone. A call whose context ends while it is queued is
+// never sent; one whose context ends while it is in flight returns at
+// once, with an error that wraps ctx.Err() (it may have counted), and its
+// pipeline goes on for the others: nothing is sent twice because one
+// caller gave up. go-redis resends a pipeline whose replies were lost as
+// a whole, with the effect on each call described above. Over a
+// ClusterClient or a Ring every call goes alone: their pipelines wait for
+// the slowest node, and one slow node would hold up calls bound for the
+// others.
 //
 // A Client is safe for concurrent use. Every method takes a context first;
 // cancelling it returns an error that wraps ctx.Err(). Bad arguments wrap

@@ -143,13 +143,15 @@
 //
 // # Crowds
 //
-// A Limiter is safe for concurrent use; share one per process. Its
-// decisions share round trips under a crowd: while two pipelines of
-// decisions are in flight, the decisions that arrive queue, and the next
-// pipeline takes them along, up to 64 at a time. Each is still a script
-// call of its own on its own keys, decided alone, and a ClusterClient
-// sends each to its node; only the round trips and the network syscalls
-// are shared. A lone decision goes at once, alone. A decision whose
+// A Limiter is safe for concurrent use; share one per process. Over a
+// client of one server (a *redis.Client) its decisions share round trips
+// under a crowd: while two pipelines of decisions are in flight, the
+// decisions that arrive queue, and the next pipeline takes them along, up
+// to 64 at a time. Each is still a script call of its own on its own
+// keys, decided alone; only the round trips and the network syscalls are
+// shared. A lone decision goes at once, alone. Over a ClusterClient or a
+// Ring every decision goes alone: their pipelines wait for the slowest
+// node, and one slow node would hold up decisions bound for the others. A decision whose
 // context ends while it is queued is never sent; one whose context ends
 // while its pipeline is in flight returns at once with an error wrapping
 // ctx.Err() (it may have been counted), and the pipeline lands for the

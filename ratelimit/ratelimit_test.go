@@ -539,11 +539,11 @@ func TestGCRALimitsAnswerAsAMixedSetDoes(t *testing.T) {
 	})
 }
 
-// Concurrent decisions of one Limiter share pipelines (internal/script
-// tests those), each decided alone: six requests on one key at 4 a minute
-// queued together admit exactly four, beside keys of every slot.
+// Concurrent decisions of one Limiter over one server share pipelines
+// (internal/script tests those), each decided alone: six requests on one
+// key at 4 a minute queued together admit exactly four.
 func TestConcurrentDecisionsShareAPipeline(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
 		rdb := b.Client(t, f)

@@ -99,6 +99,17 @@ func RunReal(t *testing.T, test func(t *testing.T, b *Backend)) {
 	}
 }
 
+// RunSingleServer is Run without the cluster backend, for behaviour that
+// only a client of one server has (script.Pipeline's batches).
+func RunSingleServer(t *testing.T, test func(t *testing.T, b *Backend)) {
+	t.Helper()
+	for _, name := range []string{Mini, Single} {
+		t.Run(name, func(t *testing.T) {
+			test(t, open(t, name))
+		})
+	}
+}
+
 // Open returns one backend by name (Mini, Single or ClusterB), for a test
 // that only makes sense there; it skips or fails like Run when the real
 // servers are missing.

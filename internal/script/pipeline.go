@@ -8,12 +8,13 @@ import (
 	"github.com/surgekit/surge/internal/coalesce"
 )
 
-// Pipeline runs the script calls of concurrent callers together: while
+// Pipeline runs the script calls of concurrent callers of one server
+// together: while
 // PipelinesInFlight pipelines are in flight, calls that arrive queue, and
 // the next pipeline takes them along (up to PipelineMax). Each call is
 // still a command of its own with its own keys, so Redis decides each
-// alone and a ClusterClient sends each to its node; only the round trips
-// and the network syscalls are shared. A lone call goes at once, alone.
+// alone; only the round trips and the network syscalls are shared. A lone
+// call goes at once, alone.
 //
 // It is detached (coalesce.Batcher.Detach): a caller whose context ends
 // while its pipeline is in flight returns at once with
@@ -45,11 +46,14 @@ type reply struct {
 	err  error
 }
 
-// NewPipeline returns a Pipeline over rdb. If rdb has no Pipeline method
-// (every go-redis client has), each call is sent alone.
+// NewPipeline returns a Pipeline over rdb. Only a client of one server
+// (*redis.Client, as a Sentinel failover client also is) pipelines: a
+// pipeline of a ClusterClient or a Ring waits for its slowest node, so
+// one slow node would hold up the calls bound for healthy ones. Over any
+// other client each call is sent alone, as by Script.Ints.
 func NewPipeline(rdb Processor) *Pipeline {
 	p := &Pipeline{rdb: rdb}
-	if _, ok := rdb.(Pipeliner); ok {
+	if _, ok := rdb.(*redis.Client); ok {
 		p.batch = &coalesce.Batcher[call, reply]{MaxInFlight: PipelinesInFlight, MaxBatch: PipelineMax, Detach: true}
 		p.send = p.sendCalls
 	}
@@ -91,7 +95,7 @@ func (p *Pipeline) sendCalls(ctx context.Context, calls []call) ([]reply, error)
 		replies[0].ints, replies[0].err = calls[0].s.Ints(ctx, p.rdb, calls[0].args)
 		return replies, nil
 	}
-	pipe := p.rdb.(Pipeliner).Pipeline()
+	pipe := p.rdb.(*redis.Client).Pipeline()
 	cmds := make([]*redis.IntSliceCmd, len(calls))
 	for i, c := range calls {
 		cmds[i] = redis.NewIntSliceCmd(ctx, c.args...)

@@ -49,11 +49,10 @@ func queue(t *testing.T, ctx context.Context, p *Pipeline, key string, queued in
 	return out
 }
 
-// Concurrent calls on keys of every slot go in one pipeline (on a
-// cluster, split by node) and each gets its own reply; three on one key
-// run one after the other.
+// Concurrent calls go in one pipeline and each gets its own reply; three
+// on one key run one after the other.
 func TestConcurrentCallsShareAPipeline(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
 		rdb := b.Client(t, f)
@@ -97,7 +96,7 @@ func TestConcurrentCallsShareAPipeline(t *testing.T) {
 
 // One call's error in a pipeline is that call's alone.
 func TestACallThatFailsInAPipelineFailsAlone(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
 		rdb := b.Client(t, f)
@@ -130,7 +129,7 @@ func TestACallThatFailsInAPipelineFailsAlone(t *testing.T) {
 // outcome is unknown, at once; the pipeline still lands for the other
 // calls in it, sent once: they must not run twice because it gave up.
 func TestACallerThatGivesUpDoesNotResendTheOthers(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
 		rdb := b.Client(t, f)
@@ -179,6 +178,52 @@ func TestACallerThatGivesUpDoesNotResendTheOthers(t *testing.T) {
 func hasArg(arg string) redistest.Match {
 	return func(cmd redis.Cmder) bool {
 		return slices.Contains(cmd.Args(), any(arg))
+	}
+}
+
+// On a cluster each call goes alone, so a call held up on one node (here
+// by a hold) delays no call bound for another: a pipeline would wait for
+// its slowest node.
+func TestOnAClusterASlowCallHoldsUpNoOther(t *testing.T) {
+	b := redistest.Open(t, redistest.ClusterB)
+	ctx := context.Background()
+	f := redistest.NewFaults()
+	rdb := b.Client(t, f)
+	p := NewPipeline(rdb)
+	if p.batch != nil {
+		t.Fatal("a ClusterClient got a batcher")
+	}
+	if err := rdb.ScriptLoad(ctx, incr.Source()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slow := redistest.Key(t)
+	held := f.On(hasArg(slow)).Hold()
+	stuck := make(chan error, PipelinesInFlight)
+	for range PipelinesInFlight {
+		go func() {
+			_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), slow, 1))
+			stuck <- err
+		}()
+	}
+	redistest.WaitFor(t, 10*time.Second, "the slow calls to be held", func() bool { return held.Hits() == PipelinesInFlight })
+	done := make(chan incrResult, 1)
+	go func() {
+		v, err := p.Ints(ctx, incr, append(incr.Args(1, 2), redistest.Key(t), 1))
+		done <- incrResult{v, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || len(r.v) != 1 || r.v[0] != 1 {
+			t.Fatalf("the call beside the held ones: %v %v", r.v, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call waits for calls held on another key")
+	}
+	held.Release()
+	for range PipelinesInFlight {
+		if err := <-stuck; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
