@@ -241,11 +241,11 @@ func (c *crowd) abuse(ctx context.Context, s *student) {
 	})
 }
 
-// hammer is an abuser's script: four loops sending request after request
-// (each returns whether to go on), until ctx ends.
+// hammer is an abuser's script: hammerLoops loops sending request after
+// request (each returns whether to go on), until ctx ends.
 func (c *crowd) hammer(ctx context.Context, request func() bool) {
 	var wg sync.WaitGroup
-	for range 4 {
+	for range c.cfg.hammerLoops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

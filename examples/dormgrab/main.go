@@ -203,7 +203,8 @@ type config struct {
 	maxDelays                       int64         // at most this many times
 	countdown                       time.Duration // from the wish lists' end to the opening
 	spread                          time.Duration // the crowd arrives within this of the opening
-	hammer                          time.Duration // an abuser's script sends a request this often
+	hammer                          time.Duration // each of an abuser's loops sends a request this often
+	hammerLoops                     int           // an abuser's script runs this many loops at once
 	think                           time.Duration // a human's pause between clicks, on average
 	longPoll                        time.Duration // the longest a status page waits for a decision
 	consumeBatch                    int           // the most requests a consumer decides at once
@@ -235,6 +236,7 @@ func defaults() config {
 		countdown:    2 * time.Second,
 		spread:       50 * time.Millisecond,
 		hammer:       10 * time.Millisecond,
+		hammerLoops:  4,
 		think:        30 * time.Millisecond,
 		longPoll:     5 * time.Second,
 		consumeBatch: 64,
