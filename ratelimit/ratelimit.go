@@ -218,6 +218,15 @@ var (
 	noArg    any = ""
 )
 
+// modeArg is the scripts' mode argument: "1" to take the request when
+// admitted, "0" to only look.
+func modeArg(consume bool) any {
+	if consume {
+		return modeArgs[1]
+	}
+	return modeArgs[0]
+}
+
 func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...Check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{}, fmt.Errorf("%w: no limits to check", ErrInvalid)
@@ -262,12 +271,8 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 	if l.clock != nil {
 		now = strconv.FormatInt(l.clock().UnixMicro(), 10)
 	}
-	mode := modeArgs[0]
-	if consume {
-		mode = modeArgs[1]
-	}
 	if allGCRA {
-		return l.decideGCRA(ctx, consume, n, checks, keys, now, mode)
+		return l.decideGCRA(ctx, consume, n, checks, keys, now)
 	}
 
 	s := allowScript
@@ -279,7 +284,7 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 	if needToken {
 		token = newToken()
 	}
-	args = append(args, now, mode, token)
+	args = append(args, now, modeArg(consume), token)
 	for _, c := range checks {
 		args = append(args, algorithmArgs[c.Limit.Algorithm], c.Limit.Rate, c.Limit.Period.Microseconds(), c.Limit.burst(), n)
 	}
@@ -310,12 +315,12 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 // arrival time lies beyond now, and the arithmetic is done here: the same
 // as gcra.lua's, in units of 1/Rate microseconds, where a request of cost
 // n is worth n × Period and the allowance is Burst × Period.
-func (l *Limiter) decideGCRA(ctx context.Context, consume bool, n int64, checks []Check, keys []string, now, mode any) (Decision, error) {
+func (l *Limiter) decideGCRA(ctx context.Context, consume bool, n int64, checks []Check, keys []string, now any) (Decision, error) {
 	args := gcraAllScript.Args(len(checks), len(checks)*4+2)
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	args = append(args, now, mode)
+	args = append(args, now, modeArg(consume))
 	for _, c := range checks {
 		period := c.Limit.Period.Microseconds()
 		args = append(args, c.Limit.Rate, c.Limit.burst()*period, n*period)
@@ -346,12 +351,12 @@ func (l *Limiter) decideGCRA(ctx context.Context, consume bool, n int64, checks 
 	taken := consume && d.Allowed
 	for i, c := range checks {
 		period := c.Limit.Period.Microseconds()
-		ahead := res[i]
+		allowance, ahead := c.Limit.burst()*period, res[i]
 		if taken {
 			ahead += n * period
 		}
 		r := &d.Results[i]
-		r.Remaining = (c.Limit.burst()*period - min(ahead, c.Limit.burst()*period)) / period
+		r.Remaining = (allowance - min(ahead, allowance)) / period
 		r.ResetAfter = time.Duration(ceilDiv(ahead, c.Limit.Rate)) * time.Microsecond
 	}
 	return d, nil
@@ -362,11 +367,7 @@ func (l *Limiter) decideGCRA(ctx context.Context, consume bool, n int64, checks 
 // the result's arithmetic here. Times are PTTL + 1 ms, as fixed.lua
 // explains.
 func (l *Limiter) decideFixed(ctx context.Context, consume bool, n int64, c Check, key string) (Decision, error) {
-	mode := modeArgs[0]
-	if consume {
-		mode = modeArgs[1]
-	}
-	args := append(fixedOneScript.Args(1, 5), key, mode, c.Limit.Rate, ceilDiv(c.Limit.Period.Microseconds(), 1000), n)
+	args := append(fixedOneScript.Args(1, 5), key, modeArg(consume), c.Limit.Rate, ceilDiv(c.Limit.Period.Microseconds(), 1000), n)
 	res, err := l.pipeline.Ints(ctx, fixedOneScript, args)
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratelimit: %q: %w", c.Key, err)
