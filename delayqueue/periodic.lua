@@ -45,11 +45,17 @@ if f < 0 or f <= latest or (after >= 0 and after <= now) then
   return {0, latest, now}
 end
 
-redis.call('HSET', KEYS[6], name, ARGV[2] .. ':' .. ARGV[6])
+local record = ARGV[2] .. ':' .. ARGV[6]
+redis.call('HSET', KEYS[6], name, record)
 -- The hash's expiry only ever moves later, so it covers every schedule's
--- need, and takes the record away once every schedule stopped.
+-- need, and takes the record away once every schedule stopped. On a server
+-- whose clock moves while a script runs (miniredis; a real Redis holds it
+-- still), a hash at the end of its time can expire between these calls,
+-- taking the record just written: it is then written again, with the
+-- expiry. (Every other record in it was past its time.)
 local ttl = math.max(tonumber(ARGV[6]) - now, 1)
-if redis.call('PTTL', KEYS[6]) < ttl then
+if redis.call('PTTL', KEYS[6]) < ttl and redis.call('PEXPIRE', KEYS[6], ttl) == 0 then
+  redis.call('HSET', KEYS[6], name, record)
   redis.call('PEXPIRE', KEYS[6], ttl)
 end
 
