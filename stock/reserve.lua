@@ -56,39 +56,29 @@ end
 local s = redis.call('HMGET', KEYS[1], unpack(fields))
 
 local reply = {}
-local function answer(a, b, c, d)
-  local at = #reply
-  reply[at + 1], reply[at + 2], reply[at + 3], reply[at + 4] = a, b or 0, c or 0, d or 0
-end
 if not s[1] or s[1] ~= routed then
-  for _ = 1, count do
-    if s[1] then answer(-6, tonumber(s[1])) else answer(-7) end
+  for i = 1, 4 * count, 4 do
+    if s[1] then
+      reply[i], reply[i + 1] = -6, tonumber(s[1])
+    else
+      reply[i], reply[i + 1] = -7, 0
+    end
+    reply[i + 2], reply[i + 3] = 0, 0
   end
   return reply
 end
 
 local self, limit = tonumber(s[2]), tonumber(s[3])
-local available, held
--- val is the batch's view of its fields (false: absent), kept current as
--- orders are decided. v holds available and held at 4-d and 5-d, and
--- fields[i] at i-d.
+local available, held = tonumber(s[4]), tonumber(s[5])
+-- The batch's view of a field is val[name] once an order of the batch
+-- wrote it (two orders of one buyer share a field), else s[index], what
+-- the HMGET read. Work done on Redis (a sweep, a claim ended) is written
+-- first and read again after: see reload().
 local val = {}
-local function load(v, d)
-  available, held = tonumber(v[4 - d]), tonumber(v[5 - d])
-  for i = 6, #fields do
-    val[fields[i]] = v[i - d]
-  end
-end
-load(s, 0)
 
 -- hset and zadd collect the batch's writes. A field written twice (two
 -- orders of one buyer) appears twice; HSET keeps the last value.
 local hset, zadd = {'available', 0, 'held', 0}, {}
-local function set(f, v)
-  val[f] = v
-  hset[#hset + 1] = f
-  hset[#hset + 1] = v
-end
 local function flush()
   if #hset > 4 then
     hset[2], hset[4] = available, held
@@ -100,95 +90,104 @@ local function flush()
     zadd = {}
   end
 end
-
--- deadlines caches the deadline string of each hold in the batch.
-local now, drained, deadlines = nil, nil, {}
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = t[1] * 1000 + math.floor(t[2] / 1000)
-  end
-  return now
+local function reload()
+  s = redis.call('HMGET', KEYS[1], unpack(fields))
+  available, held, val = tonumber(s[4]), tonumber(s[5]), {}
 end
-local function decide(i)
-  local order, buyer, qs = ARGV[2 + 4 * i], ARGV[3 + 4 * i], ARGV[4 + 4 * i]
-  local ofield, bfield = fields[6 + 2 * i], fields[7 + 2 * i]
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- A held order's record, "H|qty|stock|home|deadline|buyer", is
+-- 'H|' .. qty .. mid .. deadline .. '|' .. buyer: stock and home are this
+-- bucket (records.lua's encode(), written out).
+local mid = '|' .. s[2] .. '|' .. s[2] .. '|'
+-- deadlines and dls cache each hold's deadline, as a number and as text.
+local drained, deadlines, dls = false, {}, {}
+
+-- decide decides order i and writes its answer at reply[r..r+3].
+local function decide(i, r)
+  local a, f = 2 + 4 * i, 6 + 2 * i
+  local order, buyer, qs = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local ofield, bfield = fields[f], fields[f + 1]
   local q = tonumber(qs)
-  local known = val[ofield]
+  local known = val[ofield] or s[f]
   if known then
     local R = records()
-    local r = R.decode(known)
-    if r.buyer ~= buyer or r.q ~= q then
-      return answer(-3)
-    end
-    if r.st == R.CLAIMED then
-      if r.deadline > clock() then
-        return answer(-4, r.deadline)
-      end
+    local rec = R.decode(known)
+    if rec.buyer ~= buyer or rec.q ~= q then
+      reply[r], reply[r + 1] = -3, 0
+    elseif rec.st == R.CLAIMED and rec.deadline > now then
+      reply[r], reply[r + 1] = -4, rec.deadline
+    elseif rec.st == R.CLAIMED then
       -- The claim ran out unsettled: any hold taken for it ended with it.
       -- Resuming would settle onto a returned hold, so end the claim here
-      -- and answer as the sweep's ending would have. The work is done on
-      -- Redis, so the batch's view is written first and read again after.
+      -- and answer as the sweep's ending would have.
       flush()
-      R.end_claim(order, r, limit)
-      load(redis.call('HMGET', KEYS[1], 'available', 'held', select(6, unpack(fields))), 3)
-      return answer(2, r.deadline, r.stock, R.STATE_CODE[R.RETURNED])
+      R.end_claim(order, rec, limit)
+      reload()
+      reply[r], reply[r + 1], reply[r + 2], reply[r + 3] = 2, rec.deadline, rec.stock, R.STATE_CODE[R.RETURNED]
+      return
+    else
+      reply[r], reply[r + 1], reply[r + 2], reply[r + 3] = 2, rec.deadline, rec.stock, R.STATE_CODE[rec.st]
+      return
     end
-    return answer(2, r.deadline, r.stock, R.STATE_CODE[r.st])
+    reply[r + 2], reply[r + 3] = 0, 0
+    return
   end
 
-  clock()
-  local used = tonumber(val[bfield]) or 0
+  local used = tonumber(val[bfield] or s[f + 1]) or 0
   if not drained and held > 0 and (available < q or (limit > 0 and used + q > limit)) then
     -- Holds that ran out count as held until swept. Sweep a few here, so
     -- their units (and their buyers' allowances) come back without waiting
-    -- for Sweep. The sweep works on Redis, so the batch's view is written
-    -- first and read again after.
+    -- for Sweep.
     flush()
     local units, claims = records().sweep(now, 16, self, limit)
     if units + claims > 0 then
-      load(redis.call('HMGET', KEYS[1], 'available', 'held', select(6, unpack(fields))), 3)
-      used = tonumber(val[bfield]) or 0
+      reload()
+      used = tonumber(val[bfield] or s[f + 1]) or 0
     else
       drained = true
     end
   end
+  reply[r + 2], reply[r + 3] = 0, 0
   if limit > 0 and used + q > limit then
-    return answer(-2, used)
+    reply[r], reply[r + 1] = -2, used
+    return
   end
-
-  local hold = ARGV[5 + 4 * i]
-  local deadline = deadlines[hold]
+  local hold = ARGV[a + 3]
+  local deadline, dl = deadlines[hold], dls[hold]
   if not deadline then
-    deadline = string.format('%d', now + tonumber(hold))
-    deadlines[hold] = deadline
+    deadline = now + tonumber(hold)
+    dl = string.format('%d', deadline)
+    deadlines[hold], dls[hold] = deadline, dl
   end
-  local state, stock = 'H', self
+  local h = #hset
   if available >= q then
     available, held = available - q, held + q
+    local rec = 'H|' .. qs .. mid .. dl .. '|' .. buyer
+    val[ofield], hset[h + 1], hset[h + 2] = rec, ofield, rec
+    reply[r], reply[r + 1], reply[r + 2] = 1, deadline, self
   elseif routed == '1' then
-    return answer(-1)
+    reply[r], reply[r + 1] = -1, 0
+    return
   else
     -- Claim the units against the buyer here, where the limit is kept,
-    -- before another bucket hands them out. If the caller never settles the
-    -- claim, it ends at the deadline like a hold.
-    state, stock = 'P', -1
+    -- before another bucket hands them out. If the caller never settles
+    -- the claim, it ends at the deadline like a hold.
+    local rec = 'P|' .. qs .. '|-1|' .. s[2] .. '|' .. dl .. '|' .. buyer
+    val[ofield], hset[h + 1], hset[h + 2] = rec, ofield, rec
+    reply[r], reply[r + 1] = -5, deadline
   end
-  -- The record format is records.lua's encode(), written out here.
-  set(ofield, state .. '|' .. qs .. '|' .. stock .. '|' .. s[2] .. '|' .. deadline .. '|' .. buyer)
   if limit > 0 then
-    set(bfield, used + q)
+    h = h + 2
+    val[bfield], hset[h + 1], hset[h + 2] = used + q, bfield, used + q
   end
-  zadd[#zadd + 1] = deadline
-  zadd[#zadd + 1] = order
-  if state == 'P' then
-    return answer(-5, tonumber(deadline))
-  end
-  return answer(1, tonumber(deadline), self)
+  local z = #zadd
+  zadd[z + 1], zadd[z + 2] = dl, order
 end
 
 for i = 0, count - 1 do
-  decide(i)
+  decide(i, 4 * i + 1)
 end
 flush()
 return reply
