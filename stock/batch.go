@@ -13,10 +13,12 @@ const maxBatch = 64
 
 // maxInFlight bounds the reserve script calls in flight at once for one
 // bucket from one Counter. One would give the biggest batches, but then
-// every order waits for a whole round trip plus the batch before it: a
-// second call in flight keeps the connection and the server busy while the
-// first one's reply travels back.
-const maxInFlight = 2
+// every order waits for a whole round trip plus the batch before it; more
+// keep the connection and the server busy while a reply travels back and
+// its callers come round with their next orders. From sixteen goroutines
+// three measured 6% more reservations per second than two (median of 8
+// paired runs, 2026-11-26), and four no more than three.
+const maxInFlight = 3
 
 // Concurrent Reserve calls whose buyers have their home on one bucket go
 // to Redis together (internal/coalesce): reserve.lua decides each order in

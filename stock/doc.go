@@ -40,9 +40,9 @@
 //
 // When many Reserve calls on one Counter hit the same bucket at once (the
 // opening second of a sale), they do not each pay a round trip and a
-// script. The first call sends its order at once; the calls that arrive
-// while it is in flight queue up, and the first of them sends them all in
-// the next script call (up to 64). The script decides the orders one after
+// script. The first calls send their orders at once; once three script
+// calls for the bucket are in flight, the calls that arrive queue up, and
+// the first of them sends them all in the next script call (up to 64). The script decides the orders one after
 // the other, exactly as if each had come alone: two orders of one buyer in
 // a batch meet the per-buyer limit, a retry of an order in the same batch
 // is a replay. A lone caller never waits for company, so batching costs it
