@@ -28,26 +28,48 @@ const maxInFlight = 3
 // A lone caller pays a mutex; a crowd pays one round trip and a handful of
 // Redis commands per batch instead of per order, which is what keeps a hot
 // item's node from saturating.
-type batcher = coalesce.Batcher[Order, [4]int64]
-
-// batchKey names a batcher: the bucket's hash key, and the bucket count
-// the callers routed with, since one batch carries one count.
-type batchKey struct {
-	bucket string
-	n      int
+//
+// Each bucket of a layout has its batcher, made on the bucket's first
+// Reserve and kept as long as the layout is (buckets.go): one layout is
+// one bucket count, and a batch carries one count. Should two layouts of
+// an item be in use at once (one just evicted from the cache), their
+// batches only coalesce apart.
+type batcher struct {
+	coalesce.Batcher[Order, [4]int64]
+	send coalesce.Send[Order, [4]int64]
 }
 
-// batcherFor returns the batcher of key, creating it if needed. An idle
-// batcher removes itself, so a Counter keeps batchers only for the buckets
-// being reserved from.
-func (c *Counter) batcherFor(key batchKey) *batcher {
-	if v, ok := c.batchers.Load(key); ok {
-		return v.(*batcher)
+// batcherFor returns the batcher of l's bucket h, making it if needed.
+func (c *Counter) batcherFor(l *layout, h int) *batcher {
+	bk := &l.buckets[h]
+	if b := bk.batcher.Load(); b != nil {
+		return b
 	}
-	b := &batcher{MaxInFlight: maxInFlight, MaxBatch: maxBatch}
-	b.OnIdle = func() { c.batchers.CompareAndDelete(key, b) }
-	v, _ := c.batchers.LoadOrStore(key, b)
-	return v.(*batcher)
+	b := &batcher{}
+	b.MaxInFlight, b.MaxBatch = maxInFlight, maxBatch
+	b.send = func(ctx context.Context, orders []Order) ([][4]int64, error) {
+		args := append(reserveScript.Args(3, 4+4*len(orders)), bk.keys[:]...)
+		args = append(args, l.n)
+		for _, o := range orders {
+			args = append(args, o.ID, o.Buyer, o.Quantity, o.Hold.Milliseconds())
+		}
+		res, err := c.call(ctx, l.item, reserveScript, args)
+		if err != nil {
+			return nil, err
+		}
+		if len(res) != 4*len(orders) {
+			return nil, fmt.Errorf("stock: reserve %q: %d integers in reply to %d orders", l.item, len(res), len(orders))
+		}
+		out := make([][4]int64, len(orders))
+		for i := range out {
+			copy(out[i][:], res[4*i:])
+		}
+		return out, nil
+	}
+	if bk.batcher.CompareAndSwap(nil, b) {
+		return b
+	}
+	return bk.batcher.Load()
 }
 
 // reserveHome runs o on the buyer's home bucket h, batched with the
@@ -55,28 +77,9 @@ func (c *Counter) batcherFor(key batchKey) *batcher {
 // answer for it. A batch that failed only because its sender's context
 // ended is sent again for the others: a reserved order is replayed, not
 // reserved twice.
-func (c *Counter) reserveHome(ctx context.Context, item string, l *layout, h int, o Order) ([4]int64, error) {
-	keys := l.buckets[h].keys
-	b := c.batcherFor(batchKey{keys[0].(string), l.n})
-	res, err := b.Do(ctx, o, func(ctx context.Context, orders []Order) ([][4]int64, error) {
-		args := append(reserveScript.Args(3, 4+4*len(orders)), keys[:]...)
-		args = append(args, l.n)
-		for _, o := range orders {
-			args = append(args, o.ID, o.Buyer, o.Quantity, o.Hold.Milliseconds())
-		}
-		res, err := c.call(ctx, item, reserveScript, args)
-		if err != nil {
-			return nil, err
-		}
-		if len(res) != 4*len(orders) {
-			return nil, fmt.Errorf("stock: reserve %q: %d integers in reply to %d orders", item, len(res), len(orders))
-		}
-		out := make([][4]int64, len(orders))
-		for i := range out {
-			copy(out[i][:], res[4*i:])
-		}
-		return out, nil
-	})
+func (c *Counter) reserveHome(ctx context.Context, l *layout, h int, o Order) ([4]int64, error) {
+	b := c.batcherFor(l, h)
+	res, err := b.Do(ctx, o, b.send)
 	switch {
 	case errors.Is(err, coalesce.ErrOutcomeUnknown):
 		return res, fmt.Errorf("stock: order %q: %w (it may have been reserved: retry it with the same id to learn)", o.ID, ctx.Err())

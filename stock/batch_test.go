@@ -13,11 +13,11 @@ import (
 // waiting returns how many Reserve calls wait on the batcher of item's
 // single bucket.
 func waiting(c *Counter, item string) int {
-	v, ok := c.batchers.Load(batchKey{c.layoutFor(item, 1).buckets[0].keys[0].(string), 1})
-	if !ok {
+	b := c.layoutFor(item, 1).buckets[0].batcher.Load()
+	if b == nil {
 		return 0
 	}
-	return v.(*batcher).Queued()
+	return b.Queued()
 }
 
 // flight is maxInFlight Reserve calls whose script calls fillFlight

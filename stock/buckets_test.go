@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/redistest"
 )
@@ -297,4 +299,28 @@ func clusterSlotOwners(t *testing.T, b *redistest.Backend) map[int]string {
 		t.Fatalf("the cluster covers %d slots", len(owners))
 	}
 	return owners
+}
+
+func TestEveryItemGetsItsOwnKeysFromTheLayoutCache(t *testing.T) {
+	c, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// More items than the cache holds, twice over: each must still get
+	// its own keys after the cache empties.
+	for range 2 {
+		for i := range maxSingles + maxSingles/2 {
+			item := fmt.Sprint("item", i)
+			l := c.layoutFor(item, 1)
+			if got, want := l.buckets[0].keys[0], c.bucketKeys(item)[0]; got != want || l.item != item || l.n != 1 {
+				t.Fatalf("layout of %q: item %q, n %d, key %v; want key %v", item, l.item, l.n, got, want)
+			}
+		}
+	}
+	if a, b := c.layoutFor("hot", 1), c.layoutFor("hot", 1); a != b {
+		t.Fatal("an item reserved from twice in a row got its layout built twice")
+	}
+	if n := c.nsingles.Load(); n > maxSingles {
+		t.Fatalf("the cache holds %d layouts, more than %d", n, maxSingles)
+	}
 }

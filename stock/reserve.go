@@ -127,7 +127,7 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order) (Rese
 func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservation, error) {
 	l := c.layoutFor(item, c.bucketCount(item))
 	h := home(o.Buyer, l.n)
-	res, err := c.reserveHome(ctx, item, l, h, o)
+	res, err := c.reserveHome(ctx, l, h, o)
 	if err != nil {
 		return Reservation{}, err
 	}

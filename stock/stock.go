@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,7 +46,8 @@ type Counter struct {
 	soldOutTTL time.Duration
 
 	layouts  sync.Map // item -> *layout, for items with more than one bucket
-	batchers sync.Map // batchKey -> *batcher, while Reserve calls use it
+	singles  sync.Map // item -> *layout, for items with one bucket (maxSingles)
+	nsingles atomic.Int64
 
 	mu      sync.Mutex
 	soldOut map[string]*soldOut // item -> what the sold-out cache knows of it
