@@ -125,6 +125,48 @@ func newSurgeLimiter(b *testing.B, rdb *redis.Client) *ratelimit.Limiter {
 func BenchmarkGCRA(b *testing.B)         { benchDecisions(b, gcraDeciders, 1) }
 func BenchmarkGCRAParallel(b *testing.B) { benchDecisions(b, gcraDeciders, 16) }
 
+// BenchmarkGCRAParallelCluster is BenchmarkGCRAParallel on the spawned
+// three-master cluster, surge against redis_rate: the sixteen goroutines'
+// keys spread over the masters, and surge's decisions for each master
+// share that master's pipelines.
+func BenchmarkGCRAParallelCluster(b *testing.B) {
+	cluster := startCluster(b)
+	for _, lib := range []string{"surge", "redis_rate"} {
+		b.Run(lib, func(b *testing.B) {
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, PoolSize: 32})
+			defer rdb.Close()
+			var decide func(ctx context.Context, key string) (bool, error)
+			switch lib {
+			case "surge":
+				l, err := ratelimit.New(rdb)
+				if err != nil {
+					b.Fatal(err)
+				}
+				limit := ratelimit.Per(benchRate, benchPeriod)
+				decide = func(ctx context.Context, key string) (bool, error) {
+					r, err := l.Allow(ctx, key, limit)
+					return r.Allowed, err
+				}
+			case "redis_rate":
+				l := redis_rate.NewLimiter(rdb)
+				limit := redis_rate.Limit{Rate: benchRate, Burst: benchRate, Period: benchPeriod}
+				decide = func(ctx context.Context, key string) (bool, error) {
+					r, err := l.Allow(ctx, key, limit)
+					return err == nil && r.Allowed > 0, err
+				}
+			}
+			keys := roundRobinKeys(lib)
+			throughput(b, 16, "decisions", nil, func(ctx context.Context, _ int, i int64) error {
+				ok, err := decide(ctx, keys[i%rateKeys])
+				if err == nil && !ok {
+					err = fmt.Errorf("decision %d refused under a generous limit", i)
+				}
+				return err
+			})
+		})
+	}
+}
+
 // BenchmarkFixedWindow measures fixed-window decisions: surge against
 // ulule/limiter's Redis store with the same rate, and the floors.
 func BenchmarkFixedWindow(b *testing.B)         { benchDecisions(b, fixedWindowDeciders, 1) }
