@@ -162,9 +162,11 @@
 //
 // # Concurrent calls share round trips
 //
-// Over a client of one server (a *redis.Client), while a Client has two
-// pipelines of script calls in flight, further Take, Incr and Get calls
-// queue, and the next pipeline takes them along, up to 64 at a time. Each
+// While a Client has two pipelines of script calls in flight to a server
+// (on a ClusterClient, to one master node: each node's calls are
+// pipelined apart, so a slow node holds up only its own), further Take,
+// Incr and Get calls for it queue, and the next pipeline takes them
+// along, up to 64 at a time. Each
 // is still a script call of its own with its own keys, decided alone;
 // only the round trips and the network syscalls are shared, which is what
 // lets a crowd through faster than one round trip per call (on a 2-core
@@ -174,10 +176,8 @@
 // once, with an error that wraps ctx.Err() (it may have counted), and its
 // pipeline goes on for the others: nothing is sent twice because one
 // caller gave up. go-redis resends a pipeline whose replies were lost as
-// a whole, with the effect on each call described above. Over a
-// ClusterClient or a Ring every call goes alone: their pipelines wait for
-// the slowest node, and one slow node would hold up calls bound for the
-// others.
+// a whole, with the effect on each call described above. Over a Ring
+// every call goes alone.
 //
 // A Client is safe for concurrent use. Every method takes a context first;
 // cancelling it returns an error that wraps ctx.Err(). Bad arguments wrap

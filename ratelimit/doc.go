@@ -143,19 +143,19 @@
 //
 // # Crowds
 //
-// A Limiter is safe for concurrent use; share one per process. Over a
-// client of one server (a *redis.Client) its decisions share round trips
-// under a crowd: while two pipelines of decisions are in flight, the
-// decisions that arrive queue, and the next pipeline takes them along, up
-// to 64 at a time. Each is still a script call of its own on its own
-// keys, decided alone; only the round trips and the network syscalls are
-// shared. A lone decision goes at once, alone. Over a ClusterClient or a
-// Ring every decision goes alone: their pipelines wait for the slowest
-// node, and one slow node would hold up decisions bound for the others. A decision whose
-// context ends while it is queued is never sent; one whose context ends
-// while its pipeline is in flight returns at once with an error wrapping
-// ctx.Err() (it may have been counted), and the pipeline lands for the
-// others, none sent twice. (go-redis resends a pipeline whose replies were
+// A Limiter is safe for concurrent use; share one per process. Its
+// decisions share round trips under a crowd: while two pipelines of
+// decisions are in flight, the decisions that arrive queue, and the next
+// pipeline takes them along, up to 64 at a time. Each is still a script
+// call of its own on its own keys, decided alone; only the round trips
+// and the network syscalls are shared. A lone decision goes at once,
+// alone. Over a ClusterClient the decisions bound for each master node
+// are pipelined apart from the others', so a slow node holds up only the
+// decisions bound for it; over a Ring every decision goes alone. A
+// decision whose context ends while it is queued is never sent; one whose
+// context ends while its pipeline is in flight returns at once with an
+// error wrapping ctx.Err() (it may have been counted), and the pipeline
+// lands for the others, none sent twice. (go-redis resends a pipeline whose replies were
 // lost as a whole: every decision in it then runs twice, as "Failure"
 // below describes for one.) Penalty hits and concurrency slots go alone.
 //

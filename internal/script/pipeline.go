@@ -2,16 +2,17 @@ package script
 
 import (
 	"context"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surgekit/surge/internal/coalesce"
 )
 
-// Pipeline runs the script calls of concurrent callers of one server
-// together: while
-// PipelinesInFlight pipelines are in flight, calls that arrive queue, and
-// the next pipeline takes them along (up to PipelineMax). Each call is
+// Pipeline runs the script calls of concurrent callers of one server (or
+// of one master node of a cluster) together: while PipelinesInFlight
+// pipelines are in flight to it, calls that arrive queue, and the next
+// pipeline takes them along (up to PipelineMax). Each call is
 // still a command of its own with its own keys, so Redis decides each
 // alone; only the round trips and the network syscalls are shared. A lone
 // call goes at once, alone.
@@ -21,9 +22,11 @@ import (
 // coalesce.ErrOutcomeUnknown, and the pipeline lands for the others, sent
 // once, so no call runs twice because another caller gave up.
 type Pipeline struct {
-	rdb   Processor
-	batch *coalesce.Batcher[call, reply] // nil: rdb cannot pipeline
-	send  coalesce.Send[call, reply]     // p.sendCalls, bound once
+	rdb     Processor
+	batch   *coalesce.Batcher[call, reply] // one server's; nil on a cluster or a client that cannot pipeline
+	cluster *redis.ClusterClient           // set: a batcher per master node, in nodes
+	nodes   sync.Map                       // master's address -> *coalesce.Batcher[call, reply]
+	send    coalesce.Send[call, reply]     // p.sendCalls, bound once
 }
 
 // Concurrent calls share at most this many pipelines in flight, of at
@@ -46,45 +49,86 @@ type reply struct {
 	err  error
 }
 
-// NewPipeline returns a Pipeline over rdb. Only a client of one server
-// (*redis.Client, as a Sentinel failover client also is) pipelines: a
-// pipeline of a ClusterClient or a Ring waits for its slowest node, so
-// one slow node would hold up the calls bound for healthy ones. Over any
-// other client each call is sent alone, as by Script.Ints.
+// NewPipeline returns a Pipeline over rdb. A client of one server
+// (*redis.Client, as a Sentinel failover client also is) pipelines all
+// calls together. A ClusterClient pipelines the calls bound for each
+// master node apart from the others': one pipeline of calls for several
+// nodes would wait for its slowest node, so a slow node would hold up
+// calls bound for healthy ones. Over any other client each call is sent
+// alone, as by Script.Ints.
 func NewPipeline(rdb Processor) *Pipeline {
 	p := &Pipeline{rdb: rdb}
-	if _, ok := rdb.(*redis.Client); ok {
-		p.batch = &coalesce.Batcher[call, reply]{MaxInFlight: PipelinesInFlight, MaxBatch: PipelineMax, Detach: true}
-		p.send = p.sendCalls
+	switch c := rdb.(type) {
+	case *redis.Client:
+		p.batch = newBatcher()
+	case *redis.ClusterClient:
+		p.cluster = c
 	}
+	p.send = p.sendCalls
 	return p
+}
+
+func newBatcher() *coalesce.Batcher[call, reply] {
+	return &coalesce.Batcher[call, reply]{MaxInFlight: PipelinesInFlight, MaxBatch: PipelineMax, Detach: true}
 }
 
 // Ints runs the command built with s.Args, in a pipeline with other
 // callers' when there are any, and returns its reply, an array of
 // integers.
 func (p *Pipeline) Ints(ctx context.Context, s *Script, args []any) ([]int64, error) {
-	if p.batch == nil {
+	b := p.batcher(ctx, args)
+	if b == nil {
 		return s.Ints(ctx, p.rdb, args)
 	}
-	if p.batch.TryAlone() {
+	if b.TryAlone() {
 		res, err := s.Ints(ctx, p.rdb, args)
-		p.batch.AloneDone()
+		b.AloneDone()
 		return res, err
 	}
-	r, err := p.batch.Do(ctx, call{s, args}, p.send)
+	r, err := b.Do(ctx, call{s, args}, p.send)
 	if err != nil {
 		return nil, err
 	}
 	return r.ints, r.err
 }
 
+// batcher returns the batcher for a call with args, or nil if it goes
+// alone: the client cannot pipeline, or on a cluster the call has no key
+// or its node is unknown (the cluster client then finds the way).
+func (p *Pipeline) batcher(ctx context.Context, args []any) *coalesce.Batcher[call, reply] {
+	if p.cluster == nil {
+		return p.batch
+	}
+	if len(args) < 4 || args[2] == 0 {
+		return nil
+	}
+	key, ok := args[3].(string)
+	if !ok {
+		return nil
+	}
+	node, err := p.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return nil
+	}
+	addr := node.Options().Addr
+	if v, ok := p.nodes.Load(addr); ok {
+		return v.(*coalesce.Batcher[call, reply])
+	}
+	v, _ := p.nodes.LoadOrStore(addr, newBatcher())
+	return v.(*coalesce.Batcher[call, reply])
+}
+
 // Queued returns how many calls wait for a place in a pipeline.
 func (p *Pipeline) Queued() int {
-	if p.batch == nil {
-		return 0
+	if p.batch != nil {
+		return p.batch.Queued()
 	}
-	return p.batch.Queued()
+	n := 0
+	p.nodes.Range(func(_, v any) bool {
+		n += v.(*coalesce.Batcher[call, reply]).Queued()
+		return true
+	})
+	return n
 }
 
 // sendCalls sends calls in one pipeline (a lone call as a plain command). A
@@ -95,7 +139,7 @@ func (p *Pipeline) sendCalls(ctx context.Context, calls []call) ([]reply, error)
 		replies[0].ints, replies[0].err = calls[0].s.Ints(ctx, p.rdb, calls[0].args)
 		return replies, nil
 	}
-	pipe := p.rdb.(*redis.Client).Pipeline()
+	pipe := p.rdb.(interface{ Pipeline() redis.Pipeliner }).Pipeline()
 	cmds := make([]*redis.IntSliceCmd, len(calls))
 	for i, c := range calls {
 		cmds[i] = redis.NewIntSliceCmd(ctx, c.args...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,9 +23,17 @@ type incrResult struct {
 	err error
 }
 
-// fillPipelines holds p's pipelines in flight, one lone call each, so
-// that the calls after them queue; release lands them.
-func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient, f *redistest.Faults, p *Pipeline) (release func()) {
+// oneNode returns a function that names a new key each call, all of them
+// under one hash tag: on a cluster they live on one node, whose calls
+// share pipelines.
+func oneNode(t *testing.T) func() string {
+	tag := "{" + redistest.Key(t) + "}"
+	return func() string { return tag + redistest.Key(t) }
+}
+
+// fillPipelines holds p's pipelines in flight, one lone call each on a
+// key from key, so that the calls after them queue; release lands them.
+func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient, f *redistest.Faults, p *Pipeline, key func() string) (release func()) {
 	t.Helper()
 	// On every master, so that no call meets NOSCRIPT (the hold would be
 	// spent on it).
@@ -32,7 +41,7 @@ func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 		t.Fatal(err)
 	}
 	return redistest.HoldCalls(t, f, redistest.Script(incr.Hash()), PipelinesInFlight, func() error {
-		_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), redistest.Key(t), 1))
+		_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), key(), 1))
 		return err
 	})
 }
@@ -49,20 +58,22 @@ func queue(t *testing.T, ctx context.Context, p *Pipeline, key string, queued in
 	return out
 }
 
-// Concurrent calls go in one pipeline and each gets its own reply; three
-// on one key run one after the other.
+// Concurrent calls (on a cluster, those for one node) go in one pipeline
+// and each gets its own reply; three on one key run one after the other.
 func TestConcurrentCallsShareAPipeline(t *testing.T) {
-	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
+		var pipes pipelines
+		rdb := b.Client(t, f, &pipes)
 		p := NewPipeline(rdb)
-		release := fillPipelines(t, ctx, rdb, f, p)
+		key := oneNode(t)
+		release := fillPipelines(t, ctx, rdb, f, p, key)
 
-		shared := redistest.Key(t)
+		shared := key()
 		var keys []string
 		for range 8 {
-			keys = append(keys, redistest.Key(t))
+			keys = append(keys, key())
 		}
 		keys = append(keys, shared, shared, shared)
 		sent := f.On(redistest.Script(incr.Hash()))
@@ -91,22 +102,26 @@ func TestConcurrentCallsShareAPipeline(t *testing.T) {
 		if n := sent.Hits(); n != len(keys) {
 			t.Fatalf("%d script calls sent for %d calls", n, len(keys))
 		}
+		if n := pipes.n.Load(); n != 1 {
+			t.Fatalf("the queued calls went in %d pipelines, want 1", n)
+		}
 	})
 }
 
 // One call's error in a pipeline is that call's alone.
 func TestACallThatFailsInAPipelineFailsAlone(t *testing.T) {
-	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
 		rdb := b.Client(t, f)
 		p := NewPipeline(rdb)
-		bad := redistest.Key(t)
+		key := oneNode(t)
+		bad := key()
 		if err := rdb.HSet(ctx, bad, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
-		release := fillPipelines(t, ctx, rdb, f, p)
-		good := redistest.Key(t)
+		release := fillPipelines(t, ctx, rdb, f, p, key)
+		good := key()
 		first := queue(t, ctx, p, good, 1)
 		wrong := queue(t, ctx, p, bad, 2)
 		last := queue(t, ctx, p, good, 3)
@@ -129,14 +144,15 @@ func TestACallThatFailsInAPipelineFailsAlone(t *testing.T) {
 // outcome is unknown, at once; the pipeline still lands for the other
 // calls in it, sent once: they must not run twice because it gave up.
 func TestACallerThatGivesUpDoesNotResendTheOthers(t *testing.T) {
-	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
 		rdb := b.Client(t, f)
 		p := NewPipeline(rdb)
-		release := fillPipelines(t, ctx, rdb, f, p)
+		key := oneNode(t)
+		release := fillPipelines(t, ctx, rdb, f, p, key)
 
-		leader, others := redistest.Key(t), []string{redistest.Key(t), redistest.Key(t)}
+		leader, others := key(), []string{key(), key()}
 		// Holds the pipeline the leader sends; counts the sends of one of
 		// the others.
 		held := f.On(hasArg(leader)).Hold()
@@ -174,6 +190,22 @@ func TestACallerThatGivesUpDoesNotResendTheOthers(t *testing.T) {
 	})
 }
 
+// pipelines is a hook that counts the pipelines of incr calls a client
+// sends (go-redis also pipelines a new connection's handshake).
+type pipelines struct{ n atomic.Int64 }
+
+func (*pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	isIncr := redistest.Script(incr.Hash())
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isIncr(c) }) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // hasArg matches a command with arg among its arguments.
 func hasArg(arg string) redistest.Match {
 	return func(cmd redis.Cmder) bool {
@@ -181,24 +213,37 @@ func hasArg(arg string) redistest.Match {
 	}
 }
 
-// On a cluster each call goes alone, so a call held up on one node (here
-// by a hold) delays no call bound for another: a pipeline would wait for
-// its slowest node.
-func TestOnAClusterASlowCallHoldsUpNoOther(t *testing.T) {
+// On a cluster a call bound for one node waits for no call bound for
+// another: calls for different nodes never share a pipeline, which would
+// wait for its slowest node. Here the calls held up on one node fill its
+// pipelines' flight, and a call for another node goes at once.
+func TestOnAClusterASlowNodeHoldsUpNoOther(t *testing.T) {
 	b := redistest.Open(t, redistest.ClusterB)
 	ctx := context.Background()
 	f := redistest.NewFaults()
 	rdb := b.Client(t, f)
 	p := NewPipeline(rdb)
-	if p.batch != nil {
-		t.Fatal("a ClusterClient got a batcher")
+	if p.cluster == nil || p.batch != nil {
+		t.Fatal("a ClusterClient did not get a batcher per node")
 	}
 	if err := rdb.ScriptLoad(ctx, incr.Source()).Err(); err != nil {
 		t.Fatal(err)
 	}
+	cc := rdb.(*redis.ClusterClient)
+	node := func(key string) string {
+		n, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Options().Addr
+	}
 	slow := redistest.Key(t)
+	other := redistest.Key(t)
+	for node(other) == node(slow) {
+		other = redistest.Key(t)
+	}
 	held := f.On(hasArg(slow)).Hold()
-	stuck := make(chan error, PipelinesInFlight)
+	stuck := make(chan error, PipelinesInFlight+1)
 	for range PipelinesInFlight {
 		go func() {
 			_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), slow, 1))
@@ -206,24 +251,32 @@ func TestOnAClusterASlowCallHoldsUpNoOther(t *testing.T) {
 		}()
 	}
 	redistest.WaitFor(t, 10*time.Second, "the slow calls to be held", func() bool { return held.Hits() == PipelinesInFlight })
+	// The slow node's flight is full: a call for it queues.
+	redistest.GoQueued(t, p.Queued, 1, func() {
+		_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), slow, 1))
+		stuck <- err
+	})
 	done := make(chan incrResult, 1)
 	go func() {
-		v, err := p.Ints(ctx, incr, append(incr.Args(1, 2), redistest.Key(t), 1))
+		v, err := p.Ints(ctx, incr, append(incr.Args(1, 2), other, 1))
 		done <- incrResult{v, err}
 	}()
 	select {
 	case r := <-done:
 		if r.err != nil || len(r.v) != 1 || r.v[0] != 1 {
-			t.Fatalf("the call beside the held ones: %v %v", r.v, r.err)
+			t.Fatalf("the call for another node: %v %v", r.v, r.err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("a call waits for calls held on another key")
+		t.Fatal("a call waits for calls held on another node")
 	}
 	held.Release()
-	for range PipelinesInFlight {
+	for range PipelinesInFlight + 1 {
 		if err := <-stuck; err != nil {
 			t.Fatal(err)
 		}
+	}
+	if v, err := rdb.Get(ctx, slow).Int64(); err != nil || v != PipelinesInFlight+1 {
+		t.Fatalf("the slow key counted %d %v, want %d", v, err, PipelinesInFlight+1)
 	}
 }
 
