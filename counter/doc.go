@@ -162,7 +162,7 @@
 //
 // # Concurrent calls share round trips
 //
-// While a Client has two pipelines of script calls in flight to a server
+// While a Client has six pipelines of script calls in flight to a server
 // (on a ClusterClient, to one master node: each node's calls are
 // pipelined apart, so a slow node holds up only its own), further Take,
 // Incr and Get calls for it queue, and the next pipeline takes them
