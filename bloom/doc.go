@@ -81,7 +81,7 @@
 // whole batch in one call per shard, all shards in one pipeline.
 //
 // Concurrent Add (and concurrent Exists) calls of one Filter coalesce per
-// shard: while two script calls for the shard are in flight, the calls
+// shard: while four script calls for the shard are in flight, the calls
 // that arrive queue, and the next script call takes up to 64 of them,
 // deciding each as if it had come alone. A lone caller goes at once; a
 // crowd shares round trips and the script's fixed costs, which is where a
