@@ -11,7 +11,8 @@ import (
 
 // Pipeline runs the script calls of concurrent callers of one server (or
 // of one master node of a cluster) together: while PipelinesInFlight
-// pipelines are in flight to it, calls that arrive queue, and the next
+// (NodePipelinesInFlight) pipelines are in flight to it, calls that
+// arrive queue, and the next
 // pipeline takes them along (up to PipelineMax). Each call is
 // still a command of its own with its own keys, so Redis decides each
 // alone; only the round trips and the network syscalls are shared. A lone
@@ -29,16 +30,22 @@ type Pipeline struct {
 	send    coalesce.Send[call, reply]     // p.sendCalls, bound once
 }
 
-// Concurrent calls share at most this many pipelines in flight, of at
-// most PipelineMax calls each. One pipeline would carry the most calls
-// per round trip, but the server would idle while its reply travels back
-// and its callers come round; with two, sixteen goroutines left a 2-core
-// machine a third idle. From sixteen goroutines six measured 4-11% more
-// calls per second than four, and four 4-15% more than two (paired
-// runs, 2026-11-26); eight no more than six, sixteen 10-18% less.
+// Concurrent calls to one server share at most PipelinesInFlight
+// pipelines in flight, and those to one master node of a cluster at most
+// NodePipelinesInFlight, of at most PipelineMax calls each. One pipeline
+// would carry the most calls per round trip, but the server would idle
+// while its reply travels back and its callers come round: with two,
+// sixteen goroutines left a 2-core machine a third idle. From sixteen
+// goroutines on one server, six measured 4-11% more calls per second than
+// four, and four 4-15% more than two (paired runs, 2026-11-26); eight no
+// more than six, sixteen 10-18% less. A cluster splits the crowd over its
+// nodes, and there six per node left so few calls to share each pipeline
+// that sixteen goroutines measured 1.02x-1.05x redis_rate's GCRA
+// decisions, against 1.16x-1.24x with two per node (three masters).
 const (
-	PipelinesInFlight = 6
-	PipelineMax       = 64
+	PipelinesInFlight     = 6
+	NodePipelinesInFlight = 2
+	PipelineMax           = 64
 )
 
 type call struct {
@@ -64,7 +71,7 @@ func NewPipeline(rdb Processor) *Pipeline {
 	p := &Pipeline{rdb: rdb}
 	switch c := rdb.(type) {
 	case *redis.Client:
-		p.batch = newBatcher()
+		p.batch = newBatcher(PipelinesInFlight)
 	case *redis.ClusterClient:
 		p.cluster = c
 	}
@@ -72,8 +79,8 @@ func NewPipeline(rdb Processor) *Pipeline {
 	return p
 }
 
-func newBatcher() *coalesce.Batcher[call, reply] {
-	return &coalesce.Batcher[call, reply]{MaxInFlight: PipelinesInFlight, MaxBatch: PipelineMax, Detach: true}
+func newBatcher(inFlight int) *coalesce.Batcher[call, reply] {
+	return &coalesce.Batcher[call, reply]{MaxInFlight: inFlight, MaxBatch: PipelineMax, Detach: true}
 }
 
 // Ints runs the command built with s.Args, in a pipeline with other
@@ -118,7 +125,7 @@ func (p *Pipeline) batcher(ctx context.Context, args []any) *coalesce.Batcher[ca
 	if v, ok := p.nodes.Load(addr); ok {
 		return v.(*coalesce.Batcher[call, reply])
 	}
-	v, _ := p.nodes.LoadOrStore(addr, newBatcher())
+	v, _ := p.nodes.LoadOrStore(addr, newBatcher(NodePipelinesInFlight))
 	return v.(*coalesce.Batcher[call, reply])
 }
 

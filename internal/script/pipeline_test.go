@@ -31,6 +31,14 @@ func oneNode(t *testing.T) func() string {
 	return func() string { return tag + redistest.Key(t) }
 }
 
+// inFlight is how many pipelines p keeps in flight to one server or node.
+func inFlight(p *Pipeline) int {
+	if p.cluster != nil {
+		return NodePipelinesInFlight
+	}
+	return PipelinesInFlight
+}
+
 // fillPipelines holds p's pipelines in flight, one lone call each on a
 // key from key, so that the calls after them queue; release lands them.
 func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient, f *redistest.Faults, p *Pipeline, key func() string) (release func()) {
@@ -40,7 +48,7 @@ func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 	if err := rdb.ScriptLoad(ctx, incr.Source()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	return redistest.HoldCalls(t, f, redistest.Script(incr.Hash()), PipelinesInFlight, func() error {
+	return redistest.HoldCalls(t, f, redistest.Script(incr.Hash()), inFlight(p), func() error {
 		_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), key(), 1))
 		return err
 	})
@@ -243,14 +251,14 @@ func TestOnAClusterASlowNodeHoldsUpNoOther(t *testing.T) {
 		other = redistest.Key(t)
 	}
 	held := f.On(hasArg(slow)).Hold()
-	stuck := make(chan error, PipelinesInFlight+1)
-	for range PipelinesInFlight {
+	stuck := make(chan error, NodePipelinesInFlight+1)
+	for range NodePipelinesInFlight {
 		go func() {
 			_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), slow, 1))
 			stuck <- err
 		}()
 	}
-	redistest.WaitFor(t, 10*time.Second, "the slow calls to be held", func() bool { return held.Hits() == PipelinesInFlight })
+	redistest.WaitFor(t, 10*time.Second, "the slow calls to be held", func() bool { return held.Hits() == NodePipelinesInFlight })
 	// The slow node's flight is full: a call for it queues.
 	redistest.GoQueued(t, p.Queued, 1, func() {
 		_, err := p.Ints(ctx, incr, append(incr.Args(1, 2), slow, 1))
@@ -270,13 +278,13 @@ func TestOnAClusterASlowNodeHoldsUpNoOther(t *testing.T) {
 		t.Fatal("a call waits for calls held on another node")
 	}
 	held.Release()
-	for range PipelinesInFlight + 1 {
+	for range NodePipelinesInFlight + 1 {
 		if err := <-stuck; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if v, err := rdb.Get(ctx, slow).Int64(); err != nil || v != PipelinesInFlight+1 {
-		t.Fatalf("the slow key counted %d %v, want %d", v, err, PipelinesInFlight+1)
+	if v, err := rdb.Get(ctx, slow).Int64(); err != nil || v != NodePipelinesInFlight+1 {
+		t.Fatalf("the slow key counted %d %v, want %d", v, err, NodePipelinesInFlight+1)
 	}
 }
 
