@@ -47,12 +47,6 @@ type Batcher[Q, R any] struct {
 	// at once (with ErrOutcomeUnknown), the batch lands for the others, and
 	// nothing is sent again. The client's own timeouts bound the batch.
 	Detach bool
-	// OnIdle, if set, is called (with the Batcher's lock held: it must
-	// not call the Batcher) whenever the last batch in flight finishes
-	// and nothing is queued, so an owner that keeps Batchers per key can
-	// drop idle ones. A call that reaches a dropped Batcher is still
-	// served by it.
-	OnIdle func()
 
 	mu       sync.Mutex
 	queue    []*call[Q, R] // FIFO
@@ -159,9 +153,6 @@ func (b *Batcher[Q, R]) wait(ctx context.Context, c *call[Q, R]) error {
 func (b *Batcher[Q, R]) handOver() {
 	if len(b.queue) == 0 {
 		b.inFlight--
-		if b.inFlight == 0 && b.OnIdle != nil {
-			b.OnIdle()
-		}
 		return
 	}
 	next := b.queue[0]

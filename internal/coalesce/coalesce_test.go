@@ -351,27 +351,3 @@ func TestManyCallersGetTheirOwnResults(t *testing.T) {
 		t.Fatalf("left %d in flight, %d queued", b.inFlight, len(b.queue))
 	}
 }
-
-func TestOnIdleRunsWhenTheLastBatchLands(t *testing.T) {
-	idle := 0
-	b, g, out := heldFirst(8)
-	b.mu.Lock()
-	b.OnIdle = func() { idle++ }
-	b.mu.Unlock()
-	start(b, g, context.Background(), 1, out)
-	waitQueued(t, b, 1)
-	g.release <- struct{}{}
-	<-out
-	b.mu.Lock()
-	if idle != 0 {
-		t.Errorf("OnIdle ran with a call still queued to lead")
-	}
-	b.mu.Unlock()
-	g.release <- struct{}{}
-	<-out
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if idle != 1 {
-		t.Fatalf("OnIdle ran %d times, want once", idle)
-	}
-}
