@@ -166,11 +166,11 @@
 // (on a ClusterClient, to one master node: each node's calls are
 // pipelined apart, so a slow node holds up only its own), further Take,
 // Incr and Get calls for it queue, and the next pipeline takes them
-// along, up to 64 at a time. Each
-// is still a script call of its own with its own keys, decided alone;
-// only the round trips and the network syscalls are shared, which is what
-// lets a crowd through faster than one round trip per call (on a 2-core
-// machine, sixteen goroutines made half as many calls again). A lone call
+// along, up to 64 at a time. Each is still a script call of its own with
+// its own keys, decided alone; only the round trips and the network
+// syscalls are shared, which is what lets a crowd through faster than one
+// round trip per call (on a 2-core machine, sixteen goroutines made half
+// as many calls again). A lone call
 // goes at once, alone. A call whose context ends while it is queued is
 // never sent; one whose context ends while it is in flight returns at
 // once, with an error that wraps ctx.Err() (it may have counted), and its

@@ -155,9 +155,10 @@
 // decision whose context ends while it is queued is never sent; one whose
 // context ends while its pipeline is in flight returns at once with an
 // error wrapping ctx.Err() (it may have been counted), and the pipeline
-// lands for the others, none sent twice. (go-redis resends a pipeline whose replies were
-// lost as a whole: every decision in it then runs twice, as "Failure"
-// below describes for one.) Penalty hits and concurrency slots go alone.
+// lands for the others, none sent twice. (go-redis resends a pipeline
+// whose replies were lost as a whole: every decision in it then runs
+// twice, as "Failure" below describes for one.) Penalty hits and
+// concurrency slots go alone.
 //
 // # Keys
 //

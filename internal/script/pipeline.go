@@ -12,11 +12,10 @@ import (
 // Pipeline runs the script calls of concurrent callers of one server (or
 // of one master node of a cluster) together: while PipelinesInFlight
 // (NodePipelinesInFlight) pipelines are in flight to it, calls that
-// arrive queue, and the next
-// pipeline takes them along (up to PipelineMax). Each call is
-// still a command of its own with its own keys, so Redis decides each
-// alone; only the round trips and the network syscalls are shared. A lone
-// call goes at once, alone.
+// arrive queue, and the next pipeline takes them along (up to
+// PipelineMax). Each call is still a command of its own with its own
+// keys, so Redis decides each alone; only the round trips and the network
+// syscalls are shared. A lone call goes at once, alone.
 //
 // It is detached (coalesce.Batcher.Detach): a caller whose context ends
 // while its pipeline is in flight returns at once with
@@ -41,7 +40,7 @@ type Pipeline struct {
 // more than six, sixteen 10-18% less. A cluster splits the crowd over its
 // nodes, and there six per node left so few calls to share each pipeline
 // that sixteen goroutines measured 1.02x-1.05x redis_rate's GCRA
-// decisions, against 1.16x-1.24x with two per node (three masters).
+// decisions, against 1.16x-1.26x with two per node (three masters).
 const (
 	PipelinesInFlight     = 6
 	NodePipelinesInFlight = 2
@@ -110,10 +109,7 @@ func (p *Pipeline) batcher(ctx context.Context, args []any) *coalesce.Batcher[ca
 	if p.cluster == nil {
 		return p.batch
 	}
-	if len(args) < 4 || args[2] == 0 {
-		return nil
-	}
-	key, ok := args[3].(string)
+	key, ok := firstKey(args)
 	if !ok {
 		return nil
 	}

@@ -50,6 +50,16 @@ func (s *Script) Args(numKeys, n int) []any {
 	return args
 }
 
+// firstKey returns the first key of a command built with Args, if it has
+// one.
+func firstKey(args []any) (string, bool) {
+	if len(args) < 4 || args[2] == 0 {
+		return "", false
+	}
+	key, ok := args[3].(string)
+	return key, ok
+}
+
 // ArgsRO is Args for a read-only script (EVALSHA_RO), which a cluster
 // client configured for it may send to a replica.
 func (s *Script) ArgsRO(numKeys, n int) []any {
