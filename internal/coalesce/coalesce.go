@@ -23,6 +23,11 @@ import (
 // or may not have taken effect.
 var ErrOutcomeUnknown = errors.New("the request was in flight: its outcome is unknown")
 
+// ErrOrphaned is joined with ErrOutcomeUnknown when the request was in a
+// detached batch: the batch lands without its caller, and the Batcher's
+// Orphan is handed the request's outcome then.
+var ErrOrphaned = errors.New("the request lands without its caller")
+
 // Send sends reqs, the leader's first, in one batch and returns one result
 // per request, in order, or an error for all of them. It runs under the
 // leader's context.
@@ -47,6 +52,13 @@ type Batcher[Q, R any] struct {
 	// at once (with ErrOutcomeUnknown), the batch lands for the others, and
 	// nothing is sent again. The client's own timeouts bound the batch.
 	Detach bool
+	// Orphan, if set, is handed the request and the result (or the
+	// batch's error) of every call whose caller gave up while its
+	// detached batch was in flight, once the batch lands, so that what
+	// the caller never learnt (a lock granted after it left, say) can be
+	// put right. It runs on the batch's goroutine, after the batch's
+	// other calls have their results.
+	Orphan func(req Q, res R, err error)
 
 	mu       sync.Mutex
 	queue    []*call[Q, R] // FIFO
@@ -62,6 +74,9 @@ type call[Q, R any] struct {
 	res   R
 	err   error
 	retry bool // the batch failed because the leader's context ended
+	// orphaned: its caller gave up while its detached batch was in
+	// flight.
+	orphaned bool
 }
 
 type state uint8
@@ -102,7 +117,7 @@ func (b *Batcher[Q, R]) Do(ctx context.Context, req Q, send Send[Q, R]) (R, erro
 		if c.state == leading && !b.lead(ctx, c, send) {
 			// The leader gave up; its detached batch goes on without it.
 			var zero R
-			return zero, errors.Join(ctx.Err(), ErrOutcomeUnknown)
+			return zero, errors.Join(ctx.Err(), ErrOutcomeUnknown, ErrOrphaned)
 		}
 		// c is finished: nothing writes its fields any more.
 		if c.retry {
@@ -138,6 +153,12 @@ func (b *Batcher[Q, R]) wait(ctx context.Context, c *call[Q, R]) error {
 	case finished:
 		return nil
 	case sent:
+		if b.Detach {
+			// Batches of more than one are detached, and a call that
+			// waits is never alone in its batch.
+			c.orphaned = true
+			return errors.Join(ctx.Err(), ErrOutcomeUnknown, ErrOrphaned)
+		}
 		return errors.Join(ctx.Err(), ErrOutcomeUnknown)
 	case leading:
 		// Chosen to lead a batch not sent yet: the next in line leads.
@@ -239,8 +260,14 @@ func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q,
 	case <-landed:
 		return true
 	case <-ctx.Done():
-		return false
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if lead.state == finished {
+		return true // it landed as the leader left: its result is in
+	}
+	lead.orphaned = true
+	return false
 }
 
 // finish hands out the results of batch, whose first call is its leader,
@@ -254,8 +281,8 @@ func (b *Batcher[Q, R]) finish(ctx context.Context, batch []*call[Q, R], res []R
 	lead := batch[0]
 	leaderQuit := !detached && ctx.Err() != nil
 
+	var orphans []*call[Q, R]
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	for i, c := range batch {
 		if err != nil {
 			c.err = err
@@ -267,10 +294,18 @@ func (b *Batcher[Q, R]) finish(ctx context.Context, batch []*call[Q, R], res []R
 		} else {
 			c.res = res[i]
 		}
+		if c.orphaned && b.Orphan != nil {
+			orphans = append(orphans, c)
+		}
 		c.state = finished
 		if c != lead {
 			c.done <- struct{}{}
 		}
 	}
 	b.handOver()
+	b.mu.Unlock()
+	// Nobody reads an orphan's fields any more.
+	for _, c := range orphans {
+		b.Orphan(c.req, c.res, c.err)
+	}
 }

@@ -279,6 +279,75 @@ func TestADetachedBatchLandsForTheOthersWhenItsLeaderGivesUp(t *testing.T) {
 	}
 }
 
+func TestTheCallersThatLeftADetachedBatchAreHandedTheirOutcomeWhenItLands(t *testing.T) {
+	b, g, out := heldFirst(8)
+	b.Detach = true
+	type orphan struct {
+		req int
+		res string
+		err error
+	}
+	orphans := make(chan orphan, 10)
+	b.Orphan = func(req int, res string, err error) { orphans <- orphan{req, res, err} }
+	ctx := context.Background()
+	quitLeader, cancelLeader := context.WithCancel(ctx)
+	quitFollower, cancelFollower := context.WithCancel(ctx)
+	start(b, g, quitLeader, 1, out) // will lead [1 2 3]
+	waitQueued(t, b, 1)
+	start(b, g, quitFollower, 2, out)
+	start(b, g, ctx, 3, out)
+	waitQueued(t, b, 3)
+	g.release <- struct{}{}
+	if r := <-out; r.req != 0 || r.err != nil {
+		t.Fatalf("first call: %+v", r)
+	}
+	<-g.entered // [1 2 3] in flight
+	cancelLeader()
+	cancelFollower()
+	for range 2 {
+		r := <-out
+		if (r.req != 1 && r.req != 2) || !errors.Is(r.err, ErrOutcomeUnknown) || !errors.Is(r.err, ErrOrphaned) {
+			t.Fatalf("%+v, want calls 1 and 2 to leave with ErrOutcomeUnknown and ErrOrphaned", r)
+		}
+	}
+	select {
+	case o := <-orphans:
+		t.Fatalf("orphan %+v handed its outcome before its batch landed", o)
+	default:
+	}
+	g.release <- struct{}{}
+	if r := <-out; r.req != 3 || r.err != nil || r.res != "r3" {
+		t.Fatalf("the call that stayed: %+v", r)
+	}
+	got := map[int]string{}
+	for range 2 {
+		var o orphan
+		select {
+		case o = <-orphans:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %v handed their outcome", got)
+		}
+		if o.err != nil {
+			t.Fatalf("orphan %d: %v", o.req, o.err)
+		}
+		got[o.req] = o.res
+	}
+	if got[1] != "r1" || got[2] != "r2" {
+		t.Fatalf("orphans were handed %v, want 1: r1 and 2: r2", got)
+	}
+	// The call that stayed is no orphan: Orphan ran twice only.
+	g.release <- struct{}{}
+	start(b, g, ctx, 4, out)
+	if r := <-out; r.err != nil || r.res != "r4" {
+		t.Fatalf("a call after the batch: %+v", r)
+	}
+	select {
+	case o := <-orphans:
+		t.Fatalf("a third orphan: %+v", o)
+	default:
+	}
+}
+
 func TestALoneDetachedCallThatGivesUpLearnsTheOutcomeIsUnknown(t *testing.T) {
 	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8, Detach: true}
 	g := newGate()
