@@ -20,7 +20,8 @@ import (
 // It is detached (coalesce.Batcher.Detach): a caller whose context ends
 // while its pipeline is in flight returns at once with
 // coalesce.ErrOutcomeUnknown, and the pipeline lands for the others, sent
-// once, so no call runs twice because another caller gave up.
+// once, so no call runs twice because another caller gave up. A caller of
+// Int can ask to be told the outcome it left behind (Late).
 type Pipeline struct {
 	rdb     Processor
 	batch   *coalesce.Batcher[call, reply] // one server's; nil on a cluster or a client that cannot pipeline
@@ -50,13 +51,25 @@ const (
 type call struct {
 	s    *Script
 	args []any
+	one  bool // an integer reply (Int), not an array of them (Ints)
+	late Late
 }
 
 // reply is one call's own answer, error included: one call's error is
 // not another's.
 type reply struct {
+	n    int64 // a call's with one
 	ints []int64
 	err  error
+}
+
+// Late is told the outcome of a call of Int whose caller gave up while the
+// call was in a pipeline in flight (its error wraps coalesce.ErrOrphaned),
+// once the pipeline lands: a lock granted to a caller that has left, say,
+// can then be released. Landed runs on the pipeline's goroutine, after
+// the pipeline's other callers have their replies.
+type Late interface {
+	Landed(n int64, err error)
 }
 
 // NewPipeline returns a Pipeline over rdb. A client of one server
@@ -79,7 +92,18 @@ func NewPipeline(rdb Processor) *Pipeline {
 }
 
 func newBatcher(inFlight int) *coalesce.Batcher[call, reply] {
-	return &coalesce.Batcher[call, reply]{MaxInFlight: inFlight, MaxBatch: PipelineMax, Detach: true}
+	return &coalesce.Batcher[call, reply]{MaxInFlight: inFlight, MaxBatch: PipelineMax, Detach: true, Orphan: orphaned}
+}
+
+// orphaned hands a call that lost its caller in flight to its Late.
+func orphaned(c call, r reply, err error) {
+	if c.late == nil {
+		return
+	}
+	if err == nil {
+		err = r.err
+	}
+	c.late.Landed(r.n, err)
 }
 
 // Ints runs the command built with s.Args, in a pipeline with other
@@ -95,11 +119,33 @@ func (p *Pipeline) Ints(ctx context.Context, s *Script, args []any) ([]int64, er
 		b.AloneDone()
 		return res, err
 	}
-	r, err := b.Do(ctx, call{s, args}, p.send)
+	r, err := b.Do(ctx, call{s: s, args: args}, p.send)
 	if err != nil {
 		return nil, err
 	}
 	return r.ints, r.err
+}
+
+// Int runs the command built with s.Args, in a pipeline with other
+// callers' when there are any, and returns its reply, an integer. If ctx
+// ends while the command is in a pipeline in flight, Int returns at once
+// with an error wrapping coalesce.ErrOrphaned, and late, if not nil, is
+// told the command's outcome once the pipeline lands.
+func (p *Pipeline) Int(ctx context.Context, s *Script, args []any, late Late) (int64, error) {
+	b := p.batcher(ctx, args)
+	if b == nil {
+		return s.Int(ctx, p.rdb, args)
+	}
+	if b.TryAlone() {
+		res, err := s.Int(ctx, p.rdb, args)
+		b.AloneDone()
+		return res, err
+	}
+	r, err := b.Do(ctx, call{s: s, args: args, one: true, late: late}, p.send)
+	if err != nil {
+		return 0, err
+	}
+	return r.n, r.err
 }
 
 // batcher returns the batcher for a call with args, or nil if it goes
@@ -143,22 +189,42 @@ func (p *Pipeline) Queued() int {
 func (p *Pipeline) sendCalls(ctx context.Context, calls []call) ([]reply, error) {
 	replies := make([]reply, len(calls))
 	if len(calls) == 1 {
-		replies[0].ints, replies[0].err = calls[0].s.Ints(ctx, p.rdb, calls[0].args)
+		replies[0] = calls[0].alone(ctx, p.rdb)
 		return replies, nil
 	}
 	pipe := p.rdb.(interface{ Pipeline() redis.Pipeliner }).Pipeline()
-	cmds := make([]*redis.IntSliceCmd, len(calls))
+	cmds := make([]redis.Cmder, len(calls))
 	for i, c := range calls {
-		cmds[i] = redis.NewIntSliceCmd(ctx, c.args...)
+		if c.one {
+			cmds[i] = redis.NewIntCmd(ctx, c.args...)
+		} else {
+			cmds[i] = redis.NewIntSliceCmd(ctx, c.args...)
+		}
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	_, _ = pipe.Exec(ctx) // each command keeps its own error
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			replies[i].ints, replies[i].err = calls[i].s.Ints(ctx, p.rdb, calls[i].args)
+			replies[i] = calls[i].alone(ctx, p.rdb)
 			continue
 		}
-		replies[i].ints, replies[i].err = cmd.Val(), cmd.Err()
+		switch cmd := cmd.(type) {
+		case *redis.IntCmd:
+			replies[i].n, replies[i].err = cmd.Val(), cmd.Err()
+		case *redis.IntSliceCmd:
+			replies[i].ints, replies[i].err = cmd.Val(), cmd.Err()
+		}
 	}
 	return replies, nil
+}
+
+// alone sends c as a command of its own, as Script.Int or Script.Ints
+// does.
+func (c call) alone(ctx context.Context, rdb Processor) (r reply) {
+	if c.one {
+		r.n, r.err = c.s.Int(ctx, rdb, c.args)
+	} else {
+		r.ints, r.err = c.s.Ints(ctx, rdb, c.args)
+	}
+	return r
 }

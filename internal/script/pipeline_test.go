@@ -198,6 +198,83 @@ func TestACallerThatGivesUpDoesNotResendTheOthers(t *testing.T) {
 	})
 }
 
+// incrInt is incr with an integer reply, for Int.
+var incrInt = New("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+
+// landed is a Late that passes on what it is told.
+type landed chan incrResult
+
+func (l landed) Landed(n int64, err error) { l <- incrResult{[]int64{n}, err} }
+
+// Calls of Int share a pipeline with those of Ints, each read as its
+// own kind of reply. A caller of Int that gives up while its pipeline is
+// in flight leaves at once, and its Late is told the reply it left behind
+// when the pipeline lands.
+func TestACallerOfIntThatGivesUpIsToldItsReplyLate(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		p := NewPipeline(rdb)
+		key := oneNode(t)
+		if err := rdb.ScriptLoad(ctx, incrInt.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		release := fillPipelines(t, ctx, rdb, f, p, key)
+
+		leaver, stayer, other := key(), key(), key()
+		if err := rdb.Set(ctx, stayer, 41, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		held := f.On(hasArg(leaver)).Hold()
+		quit, cancel := context.WithCancel(ctx)
+		defer cancel()
+		late := make(landed, 1)
+		intCall := func(ctx context.Context, k string, late Late, queued int) chan incrResult {
+			out := make(chan incrResult, 1)
+			redistest.GoQueued(t, p.Queued, queued, func() {
+				n, err := p.Int(ctx, incrInt, append(incrInt.Args(1, 2), k, 1), late)
+				out <- incrResult{[]int64{n}, err}
+			})
+			return out
+		}
+		gaveUp := intCall(quit, leaver, late, 1)
+		stayed := intCall(ctx, stayer, nil, 2)
+		ints := queue(t, ctx, p, other, 3)
+		release()
+		redistest.WaitFor(t, 10*time.Second, "the pipeline to be held", func() bool { return held.Hits() == 1 })
+		cancel()
+		select {
+		case r := <-gaveUp:
+			if !errors.Is(r.err, coalesce.ErrOutcomeUnknown) || !errors.Is(r.err, coalesce.ErrOrphaned) {
+				t.Fatalf("the caller that gave up: %v, want ErrOutcomeUnknown and ErrOrphaned", r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a caller that gave up is still waiting for its pipeline")
+		}
+		select {
+		case r := <-late:
+			t.Fatalf("told %v before the pipeline landed", r)
+		default:
+		}
+		held.Release()
+		if r := <-stayed; r.err != nil || r.v[0] != 42 {
+			t.Fatalf("Int in the pipeline: %v %v, want 42", r.v, r.err)
+		}
+		if r := <-ints; r.err != nil || !slices.Equal(r.v, []int64{1}) {
+			t.Fatalf("Ints in the pipeline: %v %v, want [1]", r.v, r.err)
+		}
+		select {
+		case r := <-late:
+			if r.err != nil || r.v[0] != 1 {
+				t.Fatalf("the Late was told %v %v, want 1", r.v, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Late was never told the reply")
+		}
+	})
+}
+
 // pipelines is a hook that counts the pipelines of incr calls a client
 // sends (go-redis also pipelines a new connection's handshake).
 type pipelines struct{ n atomic.Int64 }
