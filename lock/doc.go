@@ -63,6 +63,22 @@
 // Waiters of different processes are not ordered; the lock is not fair
 // across processes.
 //
+// # Crowds
+//
+// Attempts and releases of plain locks (reentrant ones included) by many
+// goroutines of one Client share round trips: while six pipelines of them
+// are in flight to a server (two to each master node of a cluster, whose
+// calls are pipelined apart, so a slow node holds up only its own), the
+// calls that arrive queue, and the next pipeline takes them along, up to
+// 64 at a time. Each is still a script call of its own, decided alone; a
+// lone call goes at once, alone. A caller whose context ends while its
+// attempt is queued sends nothing. One whose context ends while its
+// attempt is in flight returns at once with ErrNotObtained, and if the
+// attempt did take the lock, it is released when the pipeline lands: a
+// release sent earlier could overtake the attempt and leave the lock held
+// for its whole lease. Fair locks, semaphores, read-write locks and
+// renewals go alone.
+//
 // # Fencing tokens
 //
 // Every acquisition returns a fence (Lease.Fence), an int64 strictly greater

@@ -394,7 +394,7 @@ func (l *Lease) release(ctx context.Context) (int64, error) {
 		return semReleaseScript.Int(ctx, l.c.rdb, append(semReleaseScript.Args(2, 3), l.keyArg, l.sem.wantedKeyArg, l.tokenArg))
 	}
 	if l.holdsKeyArg != nil {
-		return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(2, 4), l.keyArg, l.holdsKeyArg, l.tokenArg, l.holdArg))
+		return l.c.pipeline.Int(ctx, releaseScript, append(releaseScript.Args(2, 4), l.keyArg, l.holdsKeyArg, l.tokenArg, l.holdArg), nil)
 	}
 	if l.reader {
 		return l.rw.releaseShare(ctx, l)
@@ -402,7 +402,7 @@ func (l *Lease) release(ctx context.Context) (int64, error) {
 	if l.queueKeyArg != nil {
 		return l.releaseFair(ctx)
 	}
-	return releaseScript.Int(ctx, l.c.rdb, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg))
+	return l.c.pipeline.Int(ctx, releaseScript, append(releaseScript.Args(1, 2), l.keyArg, l.tokenArg), nil)
 }
 
 // stopRenewal stops the watchdog and waits for it, so that no renewal runs

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/surgekit/surge/internal/coalesce"
 	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/script"
 )
@@ -53,6 +54,9 @@ const (
 type Client struct {
 	rdb    RedisClient
 	prefix string
+	// pipeline carries the plain lock's acquisitions and releases:
+	// those of concurrent callers share round trips.
+	pipeline *script.Pipeline
 
 	// mu guards the in-process wait queues and the subscription (which
 	// one, and its bookkeeping). It is never held across a network call.
@@ -73,7 +77,7 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{rdb: rdb, prefix: cfg.prefix, queues: make(map[string]*queue)}, nil
+	return &Client{rdb: rdb, prefix: cfg.prefix, pipeline: script.NewPipeline(rdb), queues: make(map[string]*queue)}, nil
 }
 
 // newLease validates an acquisition and prepares its lease; attempt makes
@@ -288,13 +292,15 @@ func (c *Client) acquire(ctx context.Context, l *Lease, flag, only bool) (bool, 
 		} else {
 			args = append(acquireScript.Args(2, 5), l.keyArg, l.fenceKeyArg, l.tokenArg, l.ttlArg, flagArg)
 		}
-		res, err = acquireScript.Int(ctx, c.rdb, args)
+		res, err = c.pipeline.Int(ctx, acquireScript, args, (*lateAcquire)(l))
 		if err == nil && res == 0 {
 			err = errors.New("lock: acquire script replied 0")
 		}
 	}
 	if err != nil {
-		c.abandon(ctx, l)
+		if !errors.Is(err, coalesce.ErrOrphaned) {
+			c.abandon(ctx, l)
+		} // else lateAcquire releases what the attempt took
 		if ctx.Err() != nil {
 			return false, 0, notObtained(err)
 		}
@@ -308,6 +314,18 @@ func (c *Client) acquire(ctx context.Context, l *Lease, flag, only bool) (bool, 
 	}
 	l.start(res, start)
 	return true, 0, nil
+}
+
+// lateAcquire is a lease whose caller gave up while its acquisition was
+// in a pipeline in flight. The pipeline tells it the outcome when it
+// lands; releasing then, never before, cannot miss what it took.
+type lateAcquire Lease
+
+func (a *lateAcquire) Landed(fence int64, err error) {
+	if err == nil && fence > 0 {
+		l := (*Lease)(a)
+		l.c.abandon(l.parent, l)
+	}
 }
 
 // abandon releases a lock that an attempt may have taken although its reply
