@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/surgekit/surge/internal/coalesce"
 	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/script"
 )
@@ -45,6 +46,11 @@ type Client struct {
 	skew atomic.Int64
 	// pipeline sends the windowed counts of concurrent callers together.
 	pipeline *script.Pipeline
+	// batches, over a server that is not a cluster, sends the Take calls
+	// of concurrent callers in one script call (batch.go); nil over other
+	// clients. noBatch is set once a server refused a batch.
+	batches *coalesce.Batcher[takeCall, takeReply]
+	noBatch atomic.Bool
 }
 
 // New returns a Client that keeps its data in rdb.
@@ -64,7 +70,13 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 	if cfg.clock == nil {
 		cfg.clock = time.Now
 	}
-	return &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock, pipeline: script.NewPipeline(rdb)}, nil
+	c := &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock, pipeline: script.NewPipeline(rdb)}
+	if _, ok := rdb.(*redis.Client); ok {
+		c.batches = &coalesce.Batcher[takeCall, takeReply]{
+			MaxInFlight: script.PipelinesInFlight, MaxBatch: script.PipelineMax, Detach: true,
+		}
+	}
+	return c, nil
 }
 
 // key returns the Redis key of what the caller calls key, plus suffix: the

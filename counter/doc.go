@@ -162,22 +162,33 @@
 //
 // # Concurrent calls share round trips
 //
-// While a Client has six pipelines of script calls in flight to a server
-// (on a ClusterClient, to one master node: each node's calls are
-// pipelined apart, so a slow node holds up only its own), further Take,
-// Incr and Get calls for it queue, and the next pipeline takes them
-// along, up to 64 at a time. Each is still a script call of its own with
-// its own keys, decided alone; only the round trips and the network
-// syscalls are shared, which is what lets a crowd through faster than one
-// round trip per call (on a 2-core machine, sixteen goroutines made half
-// as many calls again). A lone call
-// goes at once, alone. A call whose context ends while it is queued is
-// never sent; one whose context ends while it is in flight returns at
-// once, with an error that wraps ctx.Err() (it may have counted), and its
-// pipeline goes on for the others: nothing is sent twice because one
-// caller gave up. go-redis resends a pipeline whose replies were lost as
-// a whole, with the effect on each call described above. Over a Ring
-// every call goes alone.
+// While a Client has six script calls or pipelines in flight to a server
+// (on a ClusterClient, two to each master node: each node's calls are
+// pipelined apart, so a slow node holds up only its own), further calls
+// for it queue, and the next one sent takes them along, up to 64 at a
+// time. A lone call goes at once, alone.
+//
+// Over a *redis.Client, queued Take and Incr calls go in one script call
+// (take_batch.lua), which decides each in turn exactly as if it had been
+// sent alone after the ones before it, and each sees the counts the
+// calls before it left: the script's fixed costs (parsing the command,
+// TIME, reading the counts) are paid once per batch, not per call. Sixteen
+// goroutines of lottery draws (two counts each) cost Redis about 5 µs of
+// CPU a draw in batches, 9 µs sent one script call each. A batch's keys
+// span slots, which a proxy in front of several shards refuses
+// (CROSSSLOT) before running anything: the calls are then sent one by
+// one, and that Client batches no more. Get calls, and every call over a
+// ClusterClient, share pipelines instead: each is still a script call of
+// its own, and only the round trips and the network syscalls are shared.
+// Over a Ring every call goes alone.
+//
+// A call whose context ends while it is queued is never sent; one whose
+// context ends while it is in flight returns at once, with an error that
+// wraps ctx.Err() (it may have counted), and its batch or pipeline goes on
+// for the others: nothing is sent twice because one caller gave up.
+// go-redis resends a command or pipeline whose reply was lost as a whole:
+// every call of a batch may then count twice, with the effect on each
+// described above.
 //
 // A Client is safe for concurrent use. Every method takes a context first;
 // cancelling it returns an error that wraps ctx.Err(). Bad arguments wrap

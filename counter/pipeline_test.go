@@ -2,97 +2,243 @@ package counter
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/surgekit/surge/internal/hashtag"
 	"github.com/surgekit/surge/internal/redistest"
 	"github.com/surgekit/surge/internal/script"
 )
 
-type incrResult struct {
-	ct  Count
+// fillFlight holds the Client's batches in flight with one lone Incr of
+// each of limits, so that the calls after them queue. release lands one
+// of them first and then the others: the one place it opens is the first
+// queued call's, which takes every other queued call along in its batch.
+// (internal/script and internal/coalesce test pipelines and batches
+// themselves: errors, callers that give up.)
+func fillFlight(t *testing.T, ctx context.Context, rdb redis.Cmdable, f *redistest.Faults, c *Client, limits []Limit) (release func()) {
+	t.Helper()
+	if len(limits) != script.PipelinesInFlight {
+		t.Fatalf("%d limits to fill %d places", len(limits), script.PipelinesInFlight)
+	}
+	// Loaded, so that a batch counts as one call, not as an EVALSHA met
+	// by NOSCRIPT and its EVAL.
+	for _, s := range []*script.Script{takeOneScript, takeBatchScript} {
+		if err := rdb.ScriptLoad(ctx, s.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holds := make([]*redistest.Rule, len(limits))
+	done := make(chan error, len(limits))
+	for i, l := range limits {
+		key := DefaultPrefix + "{" + l.Key + "}"
+		holds[i] = f.On(func(cmd redis.Cmder) bool { return slices.Contains(cmd.Args(), any(key)) }).Hold()
+		go func() {
+			_, err := c.Incr(ctx, l, 1)
+			done <- err
+		}()
+	}
+	redistest.WaitFor(t, 10*time.Second, "the flight to fill", func() bool {
+		return !slices.ContainsFunc(holds, func(r *redistest.Rule) bool { return r.Hits() == 0 })
+	})
+	return func() {
+		for i, h := range holds {
+			h.Release()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+			if i == 0 {
+				redistest.WaitFor(t, 10*time.Second, "the queued calls to leave together", func() bool { return c.batches.Queued() == 0 })
+			}
+		}
+	}
+}
+
+// someLimits returns n limits of their own keys, without a window.
+func someLimits(t *testing.T, n int) []Limit {
+	var ls []Limit
+	for i := range n {
+		ls = append(ls, Limit{Key: fmt.Sprint(redistest.Key(t), ":", i), Cap: 10, TTL: time.Hour})
+	}
+	return ls
+}
+
+type takeResult struct {
+	out Outcome
 	err error
 }
 
-// fillPipelines holds the Client's pipelines in flight, one lone Incr
-// each, so that the calls after them queue; release lands them.
-// (internal/script tests the pipelines themselves: errors, callers that
-// give up.)
-func fillPipelines(t *testing.T, ctx context.Context, rdb redis.UniversalClient, f *redistest.Faults, c *Client) (release func()) {
+// queueTake starts a Take and waits until it is queued behind the held
+// batches, the queued-th in line.
+func queueTake(t *testing.T, ctx context.Context, c *Client, queued int, ops ...Op) chan takeResult {
 	t.Helper()
-	if err := rdb.ScriptLoad(ctx, takeOneScript.Source()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	return redistest.HoldCalls(t, f, redistest.Script(takeOneScript.Hash()), script.PipelinesInFlight, func() error {
-		_, err := c.Incr(ctx, Limit{Key: redistest.Key(t), Cap: 10, TTL: time.Hour}, 1)
-		return err
-	})
-}
-
-// queueIncr starts an Incr and waits until it is queued behind the held
-// pipelines, the queued-th in line.
-func queueIncr(t *testing.T, ctx context.Context, c *Client, l Limit, queued int) chan incrResult {
-	t.Helper()
-	out := make(chan incrResult, 1)
-	redistest.GoQueued(t, c.pipeline.Queued, queued, func() {
-		ct, err := c.Incr(ctx, l, 1)
-		out <- incrResult{ct, err}
+	out := make(chan takeResult, 1)
+	redistest.GoQueued(t, c.batches.Queued, queued, func() {
+		o, err := c.Take(ctx, ops...)
+		out <- takeResult{o, err}
 	})
 	return out
 }
 
-// Concurrent counts go in one pipeline, each decided on its own: three
-// calls on one key with a cap of 2 admit exactly two of them. (On a
-// cluster each goes alone: see internal/script.)
-func TestConcurrentCountsShareAPipeline(t *testing.T) {
+// counts is an Outcome in short: allowed, then each count's value and
+// whether it was counted.
+func counts(o Outcome) []int64 {
+	s := []int64{0}
+	if o.Allowed {
+		s[0] = 1
+	}
+	for _, ct := range o.Counts {
+		c := int64(0)
+		if ct.Counted {
+			c = 1
+		}
+		s = append(s, ct.Value, c)
+	}
+	return s
+}
+
+// Concurrent Take calls on one server go in one script call
+// (take_batch.lua), each decided as if it had been sent alone after the
+// ones queued before it: the counts of one call are the next one's start.
+func TestConcurrentTakesShareOneScriptCall(t *testing.T) {
 	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
 		rdb := b.Client(t, f)
 		c := newClient(t, rdb)
-		release := fillPipelines(t, ctx, rdb, f, c)
+		release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
 
-		shared := Limit{Key: redistest.Key(t), Cap: 2, Window: Daily(time.UTC)}
-		var limits []Limit
-		for range 8 {
-			limits = append(limits, Limit{Key: redistest.Key(t), Cap: 5, TTL: time.Hour})
+		user := "{" + redistest.Key(t) + "}"
+		draws := Limit{Key: user + ":draws", Cap: 2, Window: Daily(time.UTC)}
+		wins := Limit{Key: user + ":wins", Cap: 1, TTL: time.Hour}
+		draw := []Op{{Limit: draws, N: 1}, {Limit: wins, N: 1, Optional: true}}
+		other := Limit{Key: redistest.Key(t), Cap: 5, TTL: time.Hour}
+		bag := Limit{Key: user + ":bag", Cap: 5, TTL: time.Hour}
+		// In the order they queue, and so are decided.
+		calls := []struct {
+			ops  []Op
+			want []int64
+		}{
+			{draw, []int64{1, 1, 1, 1, 1}},                 // the win fits
+			{[]Op{{Limit: other, N: 1}}, []int64{1, 1, 1}}, // Incr
+			{draw, []int64{1, 2, 1, 1, 0}},                 // out of wins: drawn, no win
+			{draw, []int64{0, 2, 0, 1, 0}},                 // out of draws: refused
+			{[]Op{{Limit: other, N: 5}}, []int64{0, 1, 0}}, // over the cap: refused
+			{[]Op{{Limit: bag, N: 2}, {Limit: bag, N: 2}, {Limit: wins, N: 1, Optional: true}},
+				[]int64{1, 4, 1, 4, 1, 1, 0}}, // two counts of one key see each other
 		}
-		limits = append(limits, shared, shared, shared)
-		sent := f.On(redistest.Script(takeOneScript.Hash()))
-		var outs []chan incrResult
-		for i, l := range limits {
-			outs = append(outs, queueIncr(t, ctx, c, l, i+1))
+		batches := f.On(redistest.Script(takeBatchScript.Hash()))
+		var outs []chan takeResult
+		for i, call := range calls {
+			outs = append(outs, queueTake(t, ctx, c, i+1, call.ops...))
 		}
 		release()
-
-		var sharedValues []int64
 		for i, out := range outs {
 			r := <-out
 			if r.err != nil {
 				t.Fatalf("call %d: %v", i, r.err)
 			}
-			if limits[i] == shared {
-				if r.ct.Counted {
-					sharedValues = append(sharedValues, r.ct.Value)
-				}
-				continue
-			}
-			if !r.ct.Counted || r.ct.Value != 1 {
-				t.Fatalf("call %d: %+v, want counted at 1", i, r.ct)
+			if got := counts(r.out); !slices.Equal(got, calls[i].want) {
+				t.Fatalf("call %d: %v, want %v", i, got, calls[i].want)
 			}
 		}
-		slices.Sort(sharedValues)
-		if !slices.Equal(sharedValues, []int64{1, 2}) {
-			t.Fatalf("three calls on one key with a cap of 2 counted to %v, want [1 2]", sharedValues)
+		if n := batches.Hits(); n != 1 {
+			t.Fatalf("the queued calls went in %d batches, want 1", n)
 		}
-		if n := sent.Hits(); n != len(limits) {
-			t.Fatalf("%d script calls for %d counts", n, len(limits))
+		for l, want := range map[Limit]int64{draws: 2, wins: 1, other: 1, bag: 4} {
+			if got, err := c.Get(ctx, l); err != nil || got.Value != want {
+				t.Fatalf("Get %s: %+v %v, want %d", l.Key, got, err, want)
+			}
 		}
-		if got, err := c.Get(ctx, shared); err != nil || got.Value != 2 {
-			t.Fatalf("Get: %+v %v, want 2", got, err)
+		if ttl, err := rdb.PTTL(ctx, DefaultPrefix+user+":wins").Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+			t.Fatalf("wins key TTL %v %v: want it born with its hour", ttl, err)
 		}
 	})
+}
+
+// A call of a batch whose period the Redis clock is not in changes
+// nothing and is told the Redis time; the calls around it are decided.
+func TestABatchTellsACallInTheWrongPeriodTheTime(t *testing.T) {
+	redistest.RunSingleServer(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		k1, k2 := redistest.Key(t)+":a", redistest.Key(t)+":b"
+		exp := time.Now().Add(time.Hour).UnixMilli()
+		args := append(takeBatchScript.Args(2, 14), k1, k2, 1000,
+			1, 1, 5, "0", 0, 500, exp, // ended at 500: the clock is at 1000
+			1, 1, 5, "0", 0, 2000, exp)
+		res, err := takeBatchScript.Ints(ctx, rdb, args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []int64{-1, 1000, 0, 1, 1, 1}; !slices.Equal(res, want) {
+			t.Fatalf("reply %v, want %v", res, want)
+		}
+		if n, err := rdb.Exists(ctx, k1).Result(); err != nil || n != 0 {
+			t.Fatalf("the call in the wrong period wrote its key: %d %v", n, err)
+		}
+	})
+}
+
+// A proxy in front of shards looks like one server to a *redis.Client and
+// refuses a script whose keys span slots (CROSSSLOT) before running it. A
+// cluster node does the same; here a *redis.Client talks to one master of
+// the test cluster, with keys in several of its slots. The batch is
+// refused, every call of it is then sent alone, and no later batch is
+// tried.
+func TestABatchRefusedAcrossSlotsIsSentCallByCall(t *testing.T) {
+	b := redistest.Open(t, redistest.ClusterB)
+	ctx := context.Background()
+	cluster := b.Client(t).(*redis.ClusterClient)
+	master, err := cluster.MasterForKey(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := redistest.NewFaults()
+	node := redis.NewClient(&redis.Options{Addr: master.Options().Addr})
+	node.AddHook(f)
+	t.Cleanup(func() { _ = node.Close() })
+	c := newClient(t, node)
+	// Keys in different slots of this master.
+	var limits []Limit
+	slots := map[int]bool{}
+	for i := 0; len(limits) < script.PipelinesInFlight+4; i++ {
+		l := Limit{Key: fmt.Sprint(redistest.Key(t), i), Cap: 5, TTL: time.Hour}
+		key := DefaultPrefix + "{" + l.Key + "}"
+		m, err := cluster.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := hashtag.Slot(key); m.Options().Addr == master.Options().Addr && !slots[s] {
+			slots[s] = true
+			limits = append(limits, l)
+		}
+	}
+	release := fillFlight(t, ctx, node, f, c, limits[:script.PipelinesInFlight])
+	batches := f.On(redistest.Script(takeBatchScript.Hash()))
+	var outs []chan takeResult
+	for i, l := range limits[script.PipelinesInFlight:] {
+		outs = append(outs, queueTake(t, ctx, c, i+1, Op{Limit: l, N: 1}))
+	}
+	release()
+	for i, out := range outs {
+		if r := <-out; r.err != nil || !slices.Equal(counts(r.out), []int64{1, 1, 1}) {
+			t.Fatalf("call %d: %v %v, want counted at 1", i, counts(r.out), r.err)
+		}
+	}
+	if n := batches.Hits(); n != 1 {
+		t.Fatalf("%d batches tried, want the one refused", n)
+	}
+	if !c.noBatch.Load() {
+		t.Fatal("the Client still batches after a batch was refused")
+	}
+	for _, l := range limits {
+		if got, err := c.Get(ctx, l); err != nil || got.Value != 1 {
+			t.Fatalf("Get %s: %+v %v, want 1: counted once", l.Key, got, err)
+		}
+	}
 }

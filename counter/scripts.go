@@ -29,6 +29,10 @@ var (
 	takeOneLua    string
 	takeOneScript = windowed(takeOneLua)
 
+	//go:embed take_batch.lua
+	takeBatchLua    string
+	takeBatchScript = windowed(takeBatchLua)
+
 	//go:embed get.lua
 	getLua    string
 	getScript = windowed(getLua)

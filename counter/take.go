@@ -216,7 +216,7 @@ func (c *Client) windowed(ctx context.Context, s *script.Script, build func(now 
 		if err != nil {
 			return nil, err
 		}
-		res, err := c.pipeline.Ints(ctx, s, args)
+		res, err := c.run(ctx, s, args)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,109 @@
+package counter
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/script"
+)
+
+// A takeCall is one Take call's command for take.lua or take_one.lua,
+// which a batch re-packs for take_batch.lua.
+type takeCall struct {
+	s    *script.Script
+	args []any
+}
+
+// takeReply is one call's own reply in a batch, or its error.
+type takeReply struct {
+	ints []int64
+	err  error
+}
+
+// run sends the command args of s: a Take call in a batch with other
+// callers' when there are any (take_batch.lua), anything else in the
+// Client's pipelines.
+func (c *Client) run(ctx context.Context, s *script.Script, args []any) ([]int64, error) {
+	b := c.batches
+	if b == nil || (s != takeScript && s != takeOneScript) || c.noBatch.Load() {
+		return c.pipeline.Ints(ctx, s, args)
+	}
+	if b.TryAlone() {
+		res, err := s.Ints(ctx, c.rdb, args)
+		b.AloneDone()
+		return res, err
+	}
+	r, err := b.Do(ctx, takeCall{s, args}, c.sendTakes)
+	if err != nil {
+		return nil, err
+	}
+	return r.ints, r.err
+}
+
+// optionalNo is take_batch.lua's "required", boxed once.
+var optionalNo any = "0"
+
+// sendTakes sends calls in one call of take_batch.lua (a lone call as
+// itself) and hands each its own part of the reply, in take.lua's form.
+func (c *Client) sendTakes(ctx context.Context, calls []takeCall) ([]takeReply, error) {
+	replies := make([]takeReply, len(calls))
+	if len(calls) == 1 {
+		replies[0].ints, replies[0].err = calls[0].s.Ints(ctx, c.rdb, calls[0].args)
+		return replies, nil
+	}
+	// A call's command: evalsha, sha, m, m keys, the time, then five
+	// (take_one.lua) or six arguments per count.
+	keys, rest := 0, 0
+	for _, call := range calls {
+		m := call.args[2].(int)
+		keys += m
+		rest += 1 + 6*m
+	}
+	args := takeBatchScript.Args(keys, keys+1+rest)
+	for _, call := range calls {
+		args = append(args, call.args[3:3+call.args[2].(int)]...)
+	}
+	args = append(args, c.nowArg())
+	for _, call := range calls {
+		m := call.args[2].(int)
+		counts := call.args[4+m:]
+		args = append(args, m)
+		if call.s == takeScript {
+			args = append(args, counts...)
+			continue
+		}
+		for i := 0; i < len(counts); i += 5 {
+			args = append(args, counts[i], counts[i+1], optionalNo, counts[i+2], counts[i+3], counts[i+4])
+		}
+	}
+	res, err := takeBatchScript.Ints(ctx, c.rdb, args)
+	if err != nil && redis.HasErrorPrefix(err, "CROSSSLOT") {
+		// A proxy in front of several shards, which takes the client for
+		// a plain server: it refused the batch before running it, as its
+		// keys span slots. Send each call alone, from now on too.
+		c.noBatch.Store(true)
+		for i, call := range calls {
+			replies[i].ints, replies[i].err = c.pipeline.Ints(ctx, call.s, call.args)
+		}
+		return replies, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	at := 0
+	for i, call := range calls {
+		n := 1 + 2*call.args[2].(int)
+		if at+n > len(res) {
+			return nil, fmt.Errorf("take_batch.lua replied %d integers, too few for %d calls", len(res), len(calls))
+		}
+		r := res[at : at+n : at+n]
+		if r[0] == wrongPeriod {
+			r = r[:2]
+		}
+		replies[i].ints = r
+		at += n
+	}
+	return replies, nil
+}
