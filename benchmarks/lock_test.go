@@ -217,59 +217,6 @@ func benchPairs(b *testing.B, goroutines int) {
 	}
 }
 
-// BenchmarkLockPairInterleaved is BenchmarkLockPair with the libraries
-// taking turns pair by pair, from one goroutine over one client. From one
-// goroutine a pair is two round trips, and on a small VM a round trip's
-// time depends mostly on how deeply the idle cores sleep between them,
-// which drifts from second to second (a run measured 57 µs per pair and,
-// in another process a moment later, 127 µs for the same library). Runs
-// apart, even interleaved rounds of them, then compare machine states
-// more than libraries; turn by turn, every library sees the same. Each
-// b.N is one pair of each library. It reports each library's mean time
-// per pair (<lib>-µs/pair) and surge's speed relative to each other
-// library (surge/<lib>: the other's time per pair over surge's; above 1
-// is faster).
-func BenchmarkLockPairInterleaved(b *testing.B) {
-	rdb, _ := newClient(b)
-	ctx := context.Background()
-	names := []string{"surge", "redsync", "redislock", "raw"}
-	funcs := make([]lockFuncs, len(names))
-	keys := make([]string, len(names))
-	spent := make([]time.Duration, len(names))
-	for i, name := range names {
-		funcs[i] = lockers[slices.IndexFunc(lockers, func(l locker) bool { return l.name == name })].new(b, rdb)
-		keys[i] = uniqueKey(name)
-	}
-	pair := func(i int) {
-		start := time.Now()
-		release, err := funcs[i].try(ctx, keys[i])
-		if err == nil {
-			err = release(ctx)
-		}
-		if err != nil {
-			b.Fatalf("%s: %v", names[i], err)
-		}
-		spent[i] += time.Since(start)
-	}
-	for i := range names {
-		pair(i) // connections dialled, scripts loaded
-	}
-	clear(spent)
-	b.ResetTimer()
-	for n := 0; n < b.N; n++ {
-		for j := range names {
-			pair((n + j) % len(names)) // each library first as often as the others
-		}
-	}
-	b.StopTimer()
-	for i, name := range names {
-		b.ReportMetric(float64(spent[i].Microseconds())/float64(b.N), name+"-µs/pair")
-		if i > 0 {
-			b.ReportMetric(float64(spent[i])/float64(spent[0]), "surge/"+name)
-		}
-	}
-}
-
 // BenchmarkLockContended has 16 goroutines take one key 200 times each,
 // holding it 1 ms each time. It reports how long acquisitions waited (p50,
 // p99, max), the commands Redis executed per acquisition (INFO
