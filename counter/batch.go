@@ -9,8 +9,8 @@ import (
 	"github.com/surgekit/surge/internal/script"
 )
 
-// A takeCall is one Take call's command for take.lua or take_one.lua,
-// which a batch re-packs for take_batch.lua.
+// A takeCall is one Take call's command for take_one.lua or a batch of
+// one for take_batch.lua, which a batch of several re-packs.
 type takeCall struct {
 	s    *script.Script
 	args []any
@@ -27,7 +27,7 @@ type takeReply struct {
 // Client's pipelines.
 func (c *Client) run(ctx context.Context, s *script.Script, args []any) ([]int64, error) {
 	b := c.batches
-	if b == nil || (s != takeScript && s != takeOneScript) || c.noBatch.Load() {
+	if b == nil || (s != takeBatchScript && s != takeOneScript) || c.noBatch.Load() {
 		return c.pipeline.Ints(ctx, s, args)
 	}
 	if b.TryAlone() {
@@ -46,15 +46,17 @@ func (c *Client) run(ctx context.Context, s *script.Script, args []any) ([]int64
 var optionalNo any = "0"
 
 // sendTakes sends calls in one call of take_batch.lua (a lone call as
-// itself) and hands each its own part of the reply, in take.lua's form.
+// itself) and hands each its own part of the reply: what the call's own
+// script would have replied alone.
 func (c *Client) sendTakes(ctx context.Context, calls []takeCall) ([]takeReply, error) {
 	replies := make([]takeReply, len(calls))
 	if len(calls) == 1 {
 		replies[0].ints, replies[0].err = calls[0].s.Ints(ctx, c.rdb, calls[0].args)
 		return replies, nil
 	}
-	// A call's command: evalsha, sha, m, m keys, the time, then five
-	// (take_one.lua) or six arguments per count.
+	// A call's command: evalsha, sha, m, m keys, the time, then (for
+	// take_batch.lua) m again, and five (take_one.lua) or six arguments
+	// per count.
 	keys, rest := 0, 0
 	for _, call := range calls {
 		m := call.args[2].(int)
@@ -68,12 +70,12 @@ func (c *Client) sendTakes(ctx context.Context, calls []takeCall) ([]takeReply, 
 	args = append(args, c.nowArg())
 	for _, call := range calls {
 		m := call.args[2].(int)
-		counts := call.args[4+m:]
-		args = append(args, m)
-		if call.s == takeScript {
-			args = append(args, counts...)
+		if call.s == takeBatchScript {
+			args = append(args, call.args[4+m:]...)
 			continue
 		}
+		counts := call.args[4+m:]
+		args = append(args, m)
 		for i := 0; i < len(counts); i += 5 {
 			args = append(args, counts[i], counts[i+1], optionalNo, counts[i+2], counts[i+3], counts[i+4])
 		}

@@ -1,6 +1,6 @@
 -- get.lua: read a capped count in the period the Redis clock is in.
 --
--- KEYS[1]  the count's key (see take.lua)
+-- KEYS[1]  the count's key (see take_batch.lua)
 -- ARGV     the time in ms ("" for Redis TIME), then the period's start and
 --          end in ms ("0" "0" without a window)
 --

@@ -21,10 +21,6 @@ var versionedCommonLua string
 func versioned(src string) *script.Script { return script.New(versionedCommonLua + "\n" + src) }
 
 var (
-	//go:embed take.lua
-	takeLua    string
-	takeScript = windowed(takeLua)
-
 	//go:embed take_one.lua
 	takeOneLua    string
 	takeOneScript = windowed(takeOneLua)

@@ -108,7 +108,9 @@ func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
 			return Outcome{}, err
 		}
 	}
-	run, perCount := takeScript, 6
+	// One required count goes by take_one.lua; any other call is a batch
+	// of one for take_batch.lua.
+	run, perCount := takeBatchScript, 6
 	if len(ops) == 1 && !ops[0].Optional {
 		run, perCount = takeOneScript, 5
 	}
@@ -133,11 +135,14 @@ func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
 			}
 			where = append(where, pl)
 		}
-		args := run.Args(len(ops), 1+perCount*len(ops))
+		args := run.Args(len(ops), len(ops)+2+perCount*len(ops))
 		for i := range where {
 			args = append(args, where[i].key)
 		}
 		args = append(args, c.nowArg())
+		if run == takeBatchScript {
+			args = append(args, len(ops))
+		}
 		for i, op := range ops {
 			pl := &where[i]
 			if perCount == 5 {
@@ -200,7 +205,8 @@ func count(l Limit, p *periodArgs, v int64) Count {
 }
 
 // wrongPeriod starts the reply of a script whose caller named a period the
-// Redis clock is not in (period.lua); the Redis time in ms follows.
+// Redis clock is not in (period.lua); the Redis time in ms follows (and
+// in take_batch.lua's reply, zeros).
 const wrongPeriod = -1
 
 // windowed runs a windowed script with the arguments build makes for the
@@ -220,7 +226,7 @@ func (c *Client) windowed(ctx context.Context, s *script.Script, build func(now 
 		if err != nil {
 			return nil, err
 		}
-		if len(res) != 2 || res[0] != wrongPeriod {
+		if len(res) < 2 || res[0] != wrongPeriod {
 			return res, nil
 		}
 		redisNow := time.UnixMilli(res[1])

@@ -1,26 +1,56 @@
--- take_batch.lua: several Take calls in one script call, each decided
--- exactly as take.lua decides it alone, in turn, each seeing the counts
--- of the calls before it. Only a server that is not a cluster gets
--- batches (a batch's keys span slots); take.go sends them.
+-- take_batch.lua: Take calls, each counting n against each of several
+-- capped counters, all or nothing: if any required count of a call would
+-- go over its cap, nothing of that call is counted anywhere. Optional
+-- counts are then made only where they fit. A lone call is a batch of
+-- one; concurrent calls to one server are sent together (batch.go), and
+-- each is decided in turn exactly as if it had been sent alone after the
+-- ones before it, seeing the counts they left. (A cluster gets batches of
+-- one only: a batch's keys span slots.)
 --
--- KEYS     every call's keys, call after call (take.lua's, per call)
+-- KEYS     every call's keys, call after call, one per count: the key of
+--          the period the caller's clock is in (prefix{key}:<period
+--          label>), or the count's key without a window
 -- ARGV[1]  the time in ms to decide by, or "" for Redis TIME
--- then per call: m, its number of counts, and six arguments per count,
--- as take.lua's (n, cap, optional, start, end, expiry)
+-- then per call: m, its number of counts, and six arguments per count:
+--   n         what to add (> 0)
+--   cap       the most the count may reach (>= 0)
+--   optional  "1": count it only if it fits, and never refuse the call for
+--             it; "0": required
+--   start end the period's bounds in ms; "0" "0" without a window
+--   expiry    the period key's expiry in ms since the epoch; without a
+--             window, the TTL in ms from creation
 --
--- Reply: per call, 1 + 2m integers: take.lua's reply {allowed, then per
--- count: value, counted}; or {-1, now} padded with zeros when the Redis
--- clock is not in a period the call named (that call changes nothing;
--- the others are decided).
+-- Reply: per call, 1 + 2m integers: {allowed, then per count: value,
+-- counted}, where allowed and counted are 1 or 0 and value is the count
+-- after the call; or {-1, now, 0, ...} when the Redis clock is not in a
+-- period the call named (period.lua): that call counted nothing, and the
+-- others are decided.
 --
--- Why: on a busy server a script call's fixed costs (reading and parsing
--- the command, setting up KEYS and ARGV, TIME, MGET, the reply) are as
--- large as one call's counting. A batch pays them once. Sixteen
--- goroutines of lottery draws (two counts each) cost Redis 8.8 µs a draw
--- sent one script call each.
+-- A resend of this script (go-redis, after a lost reply) counts every
+-- call again, within the caps: the count stays a plain decimal other
+-- tools can GET, with no room for a call's token (doc.go, "Calls sent
+-- twice").
 --
--- A resend of the batch (go-redis, after a lost reply) counts every call
--- again, within the caps, as a resend of take.lua does.
+-- Why periods in key names: the count of today cannot be reset by an
+-- expiry at midnight. The caller computes the names (it knows the time
+-- zone rules); the Redis clock checks them, so machines with skewed
+-- clocks agree.
+--
+-- Writes use SET with PXAT for a windowed count: the value and its expiry
+-- in one call, which also gives back an expiry someone removed. A count
+-- without a window keeps the TTL it was born with (SET XX KEEPTTL); if
+-- the key is gone by then (a server whose clock moves during a script, as
+-- miniredis's can: a real Redis holds its clock still while a script
+-- runs), it is written again with a fresh TTL rather than without one.
+--
+-- Why batches: on a busy server a script call's fixed costs (reading and
+-- parsing the command, setting up KEYS and ARGV, TIME, MGET, the reply)
+-- are as large as one call's counting; a batch pays them once. Sixteen
+-- goroutines of lottery draws (two counts each) cost Redis 8.9 µs of CPU
+-- a draw sent one script call each, 5.0 µs in batches of sixteen
+-- (redis-benchmark, 2026-11-26). For the same reason the common calls
+-- (one count, or two of different keys) are decided without building a
+-- table.
 local got = redis.call('MGET', unpack(KEYS))
 -- done[key] is a key's count as the calls so far left it, once one of
 -- them wrote it; else got[] (read before any call) holds it.
@@ -28,8 +58,8 @@ local done = {}
 local reply, r = {}, 0
 local a, k = 2, 0 -- a call's first argument (its m); its keys follow KEYS[k]
 
--- write stores v, the count of key (whose arguments start at ARGV[b]), as
--- take.lua does; existed: the key held a count.
+-- write stores v, the count of key (whose arguments start at ARGV[b]),
+-- with its expiry (see above); existed: the key held a count.
 local function write(key, existed, v, b)
   if ARGV[b + 4] ~= '0' then
     redis.call('SET', key, string.format('%d', v), 'PXAT', ARGV[b + 5])
@@ -91,7 +121,7 @@ while a <= #ARGV do
       end
     end
   else
-    -- take.lua's way. value[key] is the count as this call decided it so
+    -- Any other call. value[key] is the count as this call decided it so
     -- far, so that two counts of one key see each other.
     local value, counted = {}, {}
     local allowed = 1

@@ -1,14 +1,14 @@
--- take_one.lua: take.lua for one required count (Incr), written straight
--- through: on a busy server every table and closure a script creates
--- costs, and most calls count one thing.
+-- take_one.lua: take_batch.lua for a lone call of one required count
+-- (Incr), written straight through: on a busy server every table and
+-- closure a script creates costs, and most calls count one thing.
 --
--- KEYS[1]  the count's key (see take.lua)
+-- KEYS[1]  the count's key (see take_batch.lua)
 -- ARGV     the time in ms or ""; then n, cap, start, end, expiry, as for
---          one count of take.lua but without "optional"
+--          one count of take_batch.lua but without "optional"
 --
--- Reply: {allowed, value, counted}, as take.lua's; or {-1, now} when the
--- Redis clock is not in the period named (period.lua). A resend counts
--- again, within the cap, as take.lua's does.
+-- Reply: {allowed, value, counted}, as take_batch.lua's; or {-1, now}
+-- when the Redis clock is not in the period named (period.lua). A resend
+-- counts again, within the cap, as take_batch.lua's does.
 if outside(ARGV[1], ARGV[4], ARGV[5]) then
   return {-1, clock_now}
 end

@@ -478,7 +478,7 @@ func TestAResentCountErrsOnTheStrictSide(t *testing.T) {
 		draws := Limit{Key: tag + ":draws", Cap: 3, TTL: time.Minute}
 		wins := Limit{Key: tag + ":wins", Cap: 1, TTL: time.Minute}
 		var out Outcome
-		resent(t, f, takeScript, func() {
+		resent(t, f, takeBatchScript, func() {
 			out, err = c.Take(ctx, Op{Limit: draws, N: 1}, Op{Limit: wins, N: 1, Optional: true})
 		})
 		if err != nil || !out.Allowed || out.Counts[0].Value != 2 || out.Counts[1].Counted || out.Counts[1].Value != 1 {
