@@ -110,20 +110,8 @@ func orphaned(c call, r reply, err error) {
 // callers' when there are any, and returns its reply, an array of
 // integers.
 func (p *Pipeline) Ints(ctx context.Context, s *Script, args []any) ([]int64, error) {
-	b := p.batcher(ctx, args)
-	if b == nil {
-		return s.Ints(ctx, p.rdb, args)
-	}
-	if b.TryAlone() {
-		res, err := s.Ints(ctx, p.rdb, args)
-		b.AloneDone()
-		return res, err
-	}
-	r, err := b.Do(ctx, call{s: s, args: args}, p.send)
-	if err != nil {
-		return nil, err
-	}
-	return r.ints, r.err
+	r, err := p.do(ctx, call{s: s, args: args})
+	return r.ints, err
 }
 
 // Int runs the command built with s.Args, in a pipeline with other
@@ -132,20 +120,28 @@ func (p *Pipeline) Ints(ctx context.Context, s *Script, args []any) ([]int64, er
 // with an error wrapping coalesce.ErrOrphaned, and late, if not nil, is
 // told the command's outcome once the pipeline lands.
 func (p *Pipeline) Int(ctx context.Context, s *Script, args []any, late Late) (int64, error) {
-	b := p.batcher(ctx, args)
+	r, err := p.do(ctx, call{s: s, args: args, one: true, late: late})
+	return r.n, err
+}
+
+// do runs c alone if it goes alone (see batcher) or finds a place in
+// flight free, else in a pipeline, and returns its reply.
+func (p *Pipeline) do(ctx context.Context, c call) (reply, error) {
+	b := p.batcher(ctx, c.args)
 	if b == nil {
-		return s.Int(ctx, p.rdb, args)
+		r := c.alone(ctx, p.rdb)
+		return r, r.err
 	}
 	if b.TryAlone() {
-		res, err := s.Int(ctx, p.rdb, args)
+		r := c.alone(ctx, p.rdb)
 		b.AloneDone()
-		return res, err
+		return r, r.err
 	}
-	r, err := b.Do(ctx, call{s: s, args: args, one: true, late: late}, p.send)
+	r, err := b.Do(ctx, c, p.send)
 	if err != nil {
-		return 0, err
+		return reply{}, err
 	}
-	return r.n, r.err
+	return r, r.err
 }
 
 // batcher returns the batcher for a call with args, or nil if it goes
