@@ -15,9 +15,8 @@ import (
 )
 
 // fillFlight holds the Client's batches in flight with one lone Incr of
-// each of limits, so that the calls after them queue. release lands one
-// of them first and then the others: the one place it opens is the first
-// queued call's, which takes every other queued call along in its batch.
+// each of limits, so that the calls after them queue; release lands one
+// first, so that the queued calls leave in one batch (redistest.HoldEach).
 // (internal/script and internal/coalesce test pipelines and batches
 // themselves: errors, callers that give up.)
 func fillFlight(t *testing.T, ctx context.Context, rdb redis.Cmdable, f *redistest.Faults, c *Client, limits []Limit) (release func()) {
@@ -32,30 +31,12 @@ func fillFlight(t *testing.T, ctx context.Context, rdb redis.Cmdable, f *rediste
 			t.Fatal(err)
 		}
 	}
-	holds := make([]*redistest.Rule, len(limits))
-	done := make(chan error, len(limits))
-	for i, l := range limits {
-		key := DefaultPrefix + "{" + l.Key + "}"
-		holds[i] = f.On(func(cmd redis.Cmder) bool { return slices.Contains(cmd.Args(), any(key)) }).Hold()
-		go func() {
-			_, err := c.Incr(ctx, l, 1)
-			done <- err
-		}()
-	}
-	redistest.WaitFor(t, 10*time.Second, "the flight to fill", func() bool {
-		return !slices.ContainsFunc(holds, func(r *redistest.Rule) bool { return r.Hits() == 0 })
+	return redistest.HoldEach(t, f, len(limits), func(i int) redistest.Match {
+		return redistest.HasArg(DefaultPrefix + "{" + limits[i].Key + "}")
+	}, c.batches.Queued, func(i int) error {
+		_, err := c.Incr(ctx, limits[i], 1)
+		return err
 	})
-	return func() {
-		for i, h := range holds {
-			h.Release()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-			if i == 0 {
-				redistest.WaitFor(t, 10*time.Second, "the queued calls to leave together", func() bool { return c.batches.Queued() == 0 })
-			}
-		}
-	}
 }
 
 // someLimits returns n limits of their own keys, without a window.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -35,11 +34,6 @@ func namesInOneSlot(t *testing.T, c *Client, n int) []string {
 	return names
 }
 
-// hasKey matches a command (or a pipeline with a command) on key.
-func hasKey(key string) redistest.Match {
-	return func(cmd redis.Cmder) bool { return slices.Contains(cmd.Args(), any(key)) }
-}
-
 // A caller that gives up while its attempt is in a pipeline in flight
 // leaves at once, not knowing whether it got the lock. If the attempt
 // took it, the lock is released as soon as the pipeline lands, not left
@@ -60,25 +54,19 @@ func TestAnAttemptLeftInFlightIsReleasedWhenItLands(t *testing.T) {
 		}
 		names := namesInOneSlot(t, c, inFlight+2)
 		leaver, stayer := names[0], names[1]
-		// Fill the flight with lone attempts, each held on its own, so
-		// that letting one go opens one place: the leaver then leads a
+		// Fill the flight with lone attempts, each held on its own:
+		// letting one go opens one place, and the leaver then leads a
 		// pipeline that takes the stayer along.
-		fill := make([]*redistest.Rule, inFlight)
-		filled := make(chan error, inFlight)
-		for i := range fill {
-			name := names[2+i]
-			fill[i] = faults.On(hasKey(hashtag.Key(c.prefix, name, ""))).Hold()
-			go func() {
-				_, err := c.TryLock(ctx, name, time.Minute)
-				filled <- err
-			}()
-		}
-		redistest.WaitFor(t, 10*time.Second, "the flight to fill", func() bool {
-			return !slices.ContainsFunc(fill, func(r *redistest.Rule) bool { return r.Hits() == 0 })
+		fill := names[2:]
+		release := redistest.HoldEach(t, faults, len(fill), func(i int) redistest.Match {
+			return redistest.HasArg(hashtag.Key(c.prefix, fill[i], ""))
+		}, c.pipeline.Queued, func(i int) error {
+			_, err := c.TryLock(ctx, fill[i], time.Minute)
+			return err
 		})
 
 		leaverKey := hashtag.Key(c.prefix, leaver, "")
-		held := faults.On(hasKey(leaverKey)).Hold()
+		held := faults.On(redistest.HasArg(leaverKey)).Hold()
 		quit, cancel := context.WithCancel(ctx)
 		defer cancel()
 		left := make(chan error, 1)
@@ -94,10 +82,8 @@ func TestAnAttemptLeftInFlightIsReleasedWhenItLands(t *testing.T) {
 			}
 			stayed <- err
 		})
-		fill[0].Release()
-		if err := <-filled; err != nil {
-			t.Fatal(err)
-		}
+		released := make(chan struct{})
+		go func() { release(); close(released) }()
 		redistest.WaitFor(t, 10*time.Second, "the pipeline to be held", func() bool { return held.Hits() == 1 })
 		cancel()
 		select {
@@ -109,12 +95,7 @@ func TestAnAttemptLeftInFlightIsReleasedWhenItLands(t *testing.T) {
 			t.Fatal("a caller that gave up is still waiting for its pipeline")
 		}
 		held.Release()
-		for _, r := range fill[1:] {
-			r.Release()
-			if err := <-filled; err != nil {
-				t.Fatal(err)
-			}
-		}
+		<-released
 		if err := <-stayed; err != nil {
 			t.Fatalf("the caller that stayed: %v", err)
 		}

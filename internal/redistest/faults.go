@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -355,6 +356,50 @@ func HoldCalls(t testing.TB, f *Faults, m Match, n int, call func() error) (rele
 			}
 		}
 	}
+}
+
+// HoldEach is HoldCalls with a hold of its own for each call: it starts
+// call(0) to call(n-1) in goroutines of their own and holds the commands
+// of call i that match match(i) until every one is held. The func it
+// returns lets them go one at a time, in order, waiting for each call to
+// return (failing the test on an error), and after the first until queued
+// reports 0. The one place the first opens then goes to the first call
+// queued behind the flight, which takes every other queued call along in
+// one batch, before any other place opens: the batch a test builds is
+// the one sent.
+func HoldEach(t testing.TB, f *Faults, n int, match func(i int) Match, queued func() int, call func(i int) error) (release func()) {
+	t.Helper()
+	holds := make([]*Rule, n)
+	errs := make(chan error, n)
+	for i := range holds {
+		holds[i] = f.On(match(i)).Hold()
+		go func() { errs <- call(i) }()
+	}
+	WaitFor(t, 10*time.Second, fmt.Sprintf("%d calls to be held", n), func() bool {
+		for _, h := range holds {
+			if h.Hits() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return func() {
+		for i, h := range holds {
+			h.Release()
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+			if i == 0 {
+				WaitFor(t, 10*time.Second, "the queued calls to leave together", func() bool { return queued() == 0 })
+			}
+		}
+	}
+}
+
+// HasArg matches a command (or a pipeline with a command) with arg among
+// its arguments.
+func HasArg(arg string) Match {
+	return func(cmd redis.Cmder) bool { return slices.Contains(cmd.Args(), any(arg)) }
 }
 
 // GoQueued starts call in a goroutine of its own and waits until queued
