@@ -45,31 +45,56 @@ func (c *Client) run(ctx context.Context, s *script.Script, args []any) ([]int64
 // optionalNo is take_batch.lua's "required", boxed once.
 var optionalNo any = "0"
 
-// sendTakes sends calls in one call of take_batch.lua (a lone call as
-// itself) and hands each its own part of the reply: what the call's own
-// script would have replied alone.
+// batchKeys bounds the keys of one batch: the script reads them with
+// MGET(unpack(KEYS)), and Lua's unpack stops short of 8,000 values. A
+// call with more keys than this goes in a batch of its own.
+const batchKeys = 1000
+
+// sendTakes sends calls in as few calls of take_batch.lua as batchKeys
+// allows (a lone call as itself) and hands each its own part of the
+// reply: what the call's own script would have replied alone.
 func (c *Client) sendTakes(ctx context.Context, calls []takeCall) ([]takeReply, error) {
 	replies := make([]takeReply, len(calls))
+	for start := 0; start < len(calls); {
+		end, keys := start, 0
+		for end < len(calls) && (end == start || keys+calls[end].keys() <= batchKeys) {
+			keys += calls[end].keys()
+			end++
+		}
+		if err := c.sendBatch(ctx, calls[start:end], replies[start:end]); err != nil {
+			return nil, err
+		}
+		start = end
+	}
+	return replies, nil
+}
+
+// keys returns how many keys (counts) the call has.
+func (t takeCall) keys() int { return t.args[2].(int) }
+
+// sendBatch sends calls in one call of take_batch.lua, or a lone call as
+// itself, and writes their replies to replies.
+func (c *Client) sendBatch(ctx context.Context, calls []takeCall, replies []takeReply) error {
 	if len(calls) == 1 {
 		replies[0].ints, replies[0].err = calls[0].s.Ints(ctx, c.rdb, calls[0].args)
-		return replies, nil
+		return nil
 	}
 	// A call's command: evalsha, sha, m, m keys, the time, then (for
 	// take_batch.lua) m again, and five (take_one.lua) or six arguments
 	// per count.
 	keys, rest := 0, 0
 	for _, call := range calls {
-		m := call.args[2].(int)
+		m := call.keys()
 		keys += m
 		rest += 1 + 6*m
 	}
 	args := takeBatchScript.Args(keys, keys+1+rest)
 	for _, call := range calls {
-		args = append(args, call.args[3:3+call.args[2].(int)]...)
+		args = append(args, call.args[3:3+call.keys()]...)
 	}
 	args = append(args, c.nowArg())
 	for _, call := range calls {
-		m := call.args[2].(int)
+		m := call.keys()
 		if call.s == takeBatchScript {
 			args = append(args, call.args[4+m:]...)
 			continue
@@ -89,16 +114,16 @@ func (c *Client) sendTakes(ctx context.Context, calls []takeCall) ([]takeReply, 
 		for i, call := range calls {
 			replies[i].ints, replies[i].err = c.pipeline.Ints(ctx, call.s, call.args)
 		}
-		return replies, nil
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	at := 0
 	for i, call := range calls {
-		n := 1 + 2*call.args[2].(int)
+		n := 1 + 2*call.keys()
 		if at+n > len(res) {
-			return nil, fmt.Errorf("take_batch.lua replied %d integers, too few for %d calls", len(res), len(calls))
+			return fmt.Errorf("take_batch.lua replied %d integers, too few for %d calls", len(res), len(calls))
 		}
 		r := res[at : at+n : at+n]
 		if r[0] == wrongPeriod {
@@ -107,5 +132,5 @@ func (c *Client) sendTakes(ctx context.Context, calls []takeCall) ([]takeReply, 
 		replies[i].ints = r
 		at += n
 	}
-	return replies, nil
+	return nil
 }

@@ -223,3 +223,42 @@ func TestABatchRefusedAcrossSlotsIsSentCallByCall(t *testing.T) {
 		}
 	}
 }
+
+// Lua's unpack stops short of 8,000 values, and a batch reads its keys
+// with MGET(unpack(KEYS)): three queued calls of 3,000 counts each, fine
+// alone, would fail together. A batch carries at most batchKeys keys; the
+// rest go in further script calls. (On the real server only: miniredis's
+// Lua has a limit of its own, and takes seconds over this many keys.)
+func TestABatchNeverCarriesMoreKeysThanAScriptCanRead(t *testing.T) {
+	b := redistest.Open(t, redistest.Single)
+	ctx := context.Background()
+	f := redistest.NewFaults()
+	rdb := b.Client(t, f)
+	c := newClient(t, rdb)
+	release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
+
+	const calls, counts = 3, 3000
+	var outs []chan takeResult
+	for i := range calls {
+		user := fmt.Sprint("{", redistest.Key(t), i, "}")
+		ops := make([]Op, counts)
+		for j := range ops {
+			ops[j] = Op{Limit: Limit{Key: fmt.Sprint(user, j), Cap: 1, TTL: time.Hour}, N: 1}
+		}
+		outs = append(outs, queueTake(t, ctx, c, i+1, ops...))
+	}
+	sent := f.On(redistest.Script(takeBatchScript.Hash()))
+	release()
+	for i, out := range outs {
+		r := <-out
+		if r.err != nil {
+			t.Fatalf("call %d: %v", i, r.err)
+		}
+		if !r.out.Allowed || len(r.out.Counts) != counts || !r.out.Counts[counts-1].Counted {
+			t.Fatalf("call %d: allowed %v, %d counts", i, r.out.Allowed, len(r.out.Counts))
+		}
+	}
+	if n := sent.Hits(); n != calls {
+		t.Fatalf("%d script calls for %d calls of %d keys, want one each", n, calls, counts)
+	}
+}
