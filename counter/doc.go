@@ -78,7 +78,8 @@
 // The keys of one Take call must be in one Redis Cluster slot: give them a
 // common hash tag, such as "{user:42}:draws" and "{user:42}:wins". Take
 // checks this on every deployment, so code tested on one server does not
-// fail on a cluster. A key without a tag becomes its own tag.
+// fail on a cluster. A key without a tag becomes its own tag, so "user:42"
+// and "{user:42}" name the same count: choose one spelling per key.
 //
 // # Guarantees
 //

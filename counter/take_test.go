@@ -494,3 +494,19 @@ func TestAResentCountErrsOnTheStrictSide(t *testing.T) {
 		}
 	})
 }
+
+// A key is wrapped in braces unless it carries its own hash tag, so "k"
+// and "{k}" name one count, as the package doc says.
+func TestAKeyAndTheSameKeyInBracesShareACount(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newClient(t, b.Client(t))
+		key := redistest.Key(t)
+		if _, err := c.Incr(ctx, Limit{Key: key, Cap: 5, TTL: time.Hour}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Get(ctx, Limit{Key: "{" + key + "}", Cap: 5, TTL: time.Hour}); err != nil || got.Value != 1 {
+			t.Fatalf("Get of the braced key: %+v %v, want 1", got, err)
+		}
+	})
+}

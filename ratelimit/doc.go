@@ -166,6 +166,9 @@
 // rate, period in µs, burst), e.g. "surge:rl:{user:42}:g10/1000000b10";
 // a concurrency limit's slots at prefix{key}:c, a penalty box's count and
 // ban at prefix{key}:p<threshold>/<window ms>/<ban ms>:n and :b.
+// A key that carries its own hash tag ("{user:42}:search") keeps it
+// instead of being wrapped, so "user:42" and "{user:42}" are the same
+// key: choose one spelling per key.
 // The prefix is "surge:rl:" unless WithPrefix changes it. GCRA and fixed
 // window keys are strings, the sliding log a sorted set, the sliding window
 // a hash; each expires when it no longer matters. A penalty box's count is

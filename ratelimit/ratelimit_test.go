@@ -663,3 +663,19 @@ func TestADecisionSentTwiceErrsOnTheStrictSide(t *testing.T) {
 		}
 	})
 }
+
+// A key is wrapped in braces unless it carries its own hash tag, so "k"
+// and "{k}" name one counter, as the package doc says.
+func TestAKeyAndTheSameKeyInBracesShareACounter(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		l := newLimiter(t, b.Client(t))
+		key := redistest.Key(t)
+		limit := PerMinute(2)
+		for i, k := range []string{key, "{" + key + "}"} {
+			if r, err := l.Allow(ctx, k, limit); err != nil || !r.Allowed || r.Remaining != int64(1-i) {
+				t.Fatalf("Allow %q: %+v %v, want allowed with %d left", k, r, err, 1-i)
+			}
+		}
+	})
+}
