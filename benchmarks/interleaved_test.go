@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -24,17 +25,24 @@ import (
 // relative to each other library (surge/<lib>: the other's time per op
 // over surge's; above 1, surge is faster).
 
-// interleaved runs b.N rounds of one op of each library, in turn, the
-// first library rotating each round. ops[i](ctx, n) runs library
+// interleaved runs b.N rounds of one op of each library, in turn, in an
+// order shuffled each round: an op can leave the machine in a state that
+// helps or hinders the next (redsync's goroutines wake a core, say), so
+// no library may always follow the same one. ops[i](ctx, n) runs library
 // names[i]'s n-th op (n from 1); names[0] is surge.
 func interleaved(b *testing.B, unit string, names []string, ops []func(ctx context.Context, n int64) error) {
 	ctx := context.Background()
 	spent := make([]time.Duration, len(ops))
+	order := make([]int, len(ops))
+	for i := range order {
+		order[i] = i
+	}
+	shuffle := rand.New(rand.NewPCG(1, 2))
 	var n int64
 	round := func() {
 		n++
-		for j := range ops {
-			i := (int(n) + j) % len(ops)
+		shuffle.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, i := range order {
 			start := time.Now()
 			if err := ops[i](ctx, n); err != nil {
 				b.Fatalf("%s: %v", names[i], err)
