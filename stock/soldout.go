@@ -66,8 +66,32 @@ func (c *Counter) answeredSoldOut(item string, gen uint64, q int64, refused bool
 	// rather than let a larger refusal narrow it.
 	if refused && gen == s.gen && (s.from == 0 || !now.Before(s.until) || q <= s.from) {
 		s.from, s.until = q, now.Add(c.soldOutTTL)
+		c.sweepSoldOut(now)
 	}
 	c.prune(item, s)
+}
+
+// soldOutSweep is the size of the sold-out cache at which it first drops
+// the marks that ran out. An item's entry is otherwise dropped only when
+// the item is asked about again after its mark ran out, so a long-lived
+// Counter for ever-new items that sell out would keep one entry for each.
+const soldOutSweep = 1024
+
+// sweepSoldOut drops the marks that ran out before now, of items with no
+// call in flight, once the cache has grown to twice its size after the
+// last sweep (and to soldOutSweep): a constant cost per mark, amortized,
+// and a cache never much larger than twice its live marks. The caller
+// holds c.mu.
+func (c *Counter) sweepSoldOut(now time.Time) {
+	if len(c.soldOut) < max(c.soldOutSweepAt, soldOutSweep) {
+		return
+	}
+	for item, s := range c.soldOut {
+		if s.asking == 0 && (s.from == 0 || !now.Before(s.until)) {
+			delete(c.soldOut, item)
+		}
+	}
+	c.soldOutSweepAt = 2 * len(c.soldOut)
 }
 
 // clearSoldOut forgets the item's mark: units came back through this

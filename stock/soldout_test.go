@@ -245,3 +245,46 @@ func TestAReserveWhoseClaimEndedGivesBackWhatItTookAndClearsTheSoldOutMark(t *te
 		mustAudit(t, c, item)
 	})
 }
+
+// The sold-out cache keeps an entry per marked item until the item is
+// asked about again; a Counter for ever-new items that sell out must not
+// keep them all. Marks that ran out are dropped as the cache grows, and
+// marks still live never are. (The cache alone: Redis is not asked.)
+func TestTheSoldOutCacheDropsMarksThatRanOutAsItGrows(t *testing.T) {
+	mark := func(c *Counter, item string) {
+		gen, refused := c.askSoldOut(item, 1)
+		if refused {
+			t.Fatalf("%s refused before it was marked", item)
+		}
+		c.answeredSoldOut(item, gen, 1, true)
+	}
+	const items = 3 * soldOutSweep
+	for _, tc := range []struct {
+		ttl      time.Duration
+		max, min int
+	}{
+		{time.Nanosecond, soldOutSweep, 1}, // each mark runs out at once
+		{time.Hour, items, items},          // none does
+	} {
+		c := newCounter(t, redistest.Open(t, redistest.Mini).Client(t), WithSoldOutCache(tc.ttl))
+		largest := 0
+		for i := range items {
+			mark(c, fmt.Sprint("item", i))
+			c.mu.Lock()
+			largest = max(largest, len(c.soldOut))
+			n := len(c.soldOut)
+			c.mu.Unlock()
+			if i == items-1 && n < tc.min {
+				t.Fatalf("ttl %v: %d entries after %d marks, want at least %d", tc.ttl, n, items, tc.min)
+			}
+		}
+		if largest > tc.max {
+			t.Fatalf("ttl %v: the cache grew to %d entries, want at most %d", tc.ttl, largest, tc.max)
+		}
+		if tc.ttl == time.Hour {
+			if _, refused := c.askSoldOut("item0", 1); !refused {
+				t.Fatal("a live mark was dropped")
+			}
+		}
+	}
+}

@@ -51,6 +51,9 @@ type Counter struct {
 
 	mu      sync.Mutex
 	soldOut map[string]*soldOut // item -> what the sold-out cache knows of it
+	// soldOutSweepAt is the size at which the sold-out cache next drops
+	// its marks that ran out (soldout.go).
+	soldOutSweepAt int
 }
 
 // New returns a Counter that keeps its items in rdb.
