@@ -7,7 +7,12 @@
 //	go test -run '^$' -bench . -benchtime 3s
 //
 // It spawns its own redis-server on a free loopback port, or uses the one
-// at SURGE_BENCH_REDIS (host:port) when that is set.
+// at SURGE_BENCH_REDIS (host:port) when that is set. cmd/compare runs the
+// libraries' sub-benchmarks in interleaved rounds and reports medians;
+// the Benchmark*Interleaved benchmarks go further for one goroutine and
+// take turns op by op (interleaved_test.go):
+//
+//	go test -run '^$' -bench Interleaved -benchtime 5000x -count 3
 package benchmarks
 
 import (
