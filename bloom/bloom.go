@@ -256,7 +256,8 @@ func (f *Filter) Add(ctx context.Context, item string) (bool, error) {
 // A filter with one shard takes the whole batch in one script call; a
 // sharded one sends one call per shard involved, all in one pipeline.
 // Each call is atomic on its own shard; a batch as a whole is not: on an
-// error, items of some shards may have been added.
+// error, items of some shards may have been added, and their trues are
+// lost (see the package doc).
 func (f *Filter) AddMany(ctx context.Context, items []string) ([]bool, error) {
 	if len(items) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)

@@ -152,7 +152,10 @@
 //     the call may have set the bits (Add the item again to be sure: it
 //     then reports false); and when the Add that sent a coalesced batch
 //     gives up so, the other Adds of the batch send it again as a call of
-//     their own, which finds their items present.
+//     their own, which finds their items present. And an AddMany over
+//     several shards that fails on one of them (its node unreachable, say)
+//     returns only the error: the other shards' calls may have added their
+//     items, and their trues are lost with the error.
 //   - A batch is atomic per shard, not across shards.
 //   - Count estimates the number of distinct items from the bits set,
 //     n ≈ -(m/k)·ln(1 - set/m) per layer (Swamidass and Baldi, 2007).
