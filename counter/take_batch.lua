@@ -69,6 +69,17 @@ local function write(key, existed, v, b)
   done[key] = v
 end
 
+-- settle answers one count of an allowed call at reply[at], reply[at+1]:
+-- counted and written if it fits (v), else left as it was (was).
+local function settle(at, key, was, v, fits, b)
+  if fits then
+    write(key, was, v, b)
+    reply[at], reply[at + 1] = v, 1
+  else
+    reply[at], reply[at + 1] = was or 0, 0
+  end
+end
+
 while a <= #ARGV do
   local m = tonumber(ARGV[a])
   local wrong = false
@@ -105,19 +116,9 @@ while a <= #ARGV do
       end
     else
       reply[r + 1] = 1
-      if fits1 then
-        write(k1, was1, v1, b1)
-        reply[r + 2], reply[r + 3] = v1, 1
-      else
-        reply[r + 2], reply[r + 3] = was1 or 0, 0
-      end
+      settle(r + 2, k1, was1, v1, fits1, b1)
       if m == 2 then
-        if fits2 then
-          write(k2, was2, v2, b2)
-          reply[r + 4], reply[r + 5] = v2, 1
-        else
-          reply[r + 4], reply[r + 5] = was2 or 0, 0
-        end
+        settle(r + 4, k2, was2, v2, fits2, b2)
       end
     end
   else

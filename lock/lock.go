@@ -321,6 +321,7 @@ func (c *Client) acquire(ctx context.Context, l *Lease, flag, only bool) (bool, 
 // lands; releasing then, never before, cannot miss what it took.
 type lateAcquire Lease
 
+// Landed releases the lock if the attempt took it (a fence, no error).
 func (a *lateAcquire) Landed(fence int64, err error) {
 	if err == nil && fence > 0 {
 		l := (*Lease)(a)
