@@ -551,8 +551,18 @@ func TestConcurrentDecisionsShareAPipeline(t *testing.T) {
 		if err := rdb.ScriptLoad(ctx, gcraAllScript.Source()).Err(); err != nil {
 			t.Fatal(err)
 		}
-		release := redistest.HoldCalls(t, f, redistest.Script(gcraAllScript.Hash()), script.PipelinesInFlight, func() error {
-			_, err := l.Allow(ctx, redistest.Key(t), PerMinute(4))
+		held := make([]string, script.PipelinesInFlight)
+		for i := range held {
+			held[i] = redistest.Key(t)
+		}
+		release := redistest.HoldEach(t, f, len(held), func(i int) redistest.Match {
+			key, err := l.key(held[i], PerMinute(4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return redistest.HasArg(key)
+		}, l.pipeline.Queued, func(i int) error {
+			_, err := l.Allow(ctx, held[i], PerMinute(4))
 			return err
 		})
 		shared := redistest.Key(t)

@@ -334,39 +334,16 @@ func ResendOnce(t testing.TB, rdb redis.UniversalClient, f *Faults, sha, src str
 	return f.On(Script(sha)).Resend().Times(1)
 }
 
-// HoldCalls starts n calls of call, in goroutines of their own, holds
-// their commands that match m until every one of the n is held, and
-// returns a func that lets them go and waits for the calls to return
-// (failing the test on an error). It fills a batcher's flight, so that
-// the calls a test makes next queue behind it. Load the calls' script
-// first (see Resend).
-func HoldCalls(t testing.TB, f *Faults, m Match, n int, call func() error) (release func()) {
-	t.Helper()
-	hold := f.On(m).Hold().Times(n)
-	errs := make(chan error, n)
-	for range n {
-		go func() { errs <- call() }()
-	}
-	WaitFor(t, 10*time.Second, fmt.Sprintf("%d calls to be held", n), func() bool { return hold.Hits() == n })
-	return func() {
-		hold.Release()
-		for range n {
-			if err := <-errs; err != nil {
-				t.Error(err)
-			}
-		}
-	}
-}
-
-// HoldEach is HoldCalls with a hold of its own for each call: it starts
-// call(0) to call(n-1) in goroutines of their own and holds the commands
-// of call i that match match(i) until every one is held. The func it
-// returns lets them go one at a time, in order, waiting for each call to
-// return (failing the test on an error), and after the first until queued
-// reports 0. The one place the first opens then goes to the first call
-// queued behind the flight, which takes every other queued call along in
-// one batch, before any other place opens: the batch a test builds is
-// the one sent.
+// HoldEach fills a batcher's flight, so that the calls a test makes next
+// queue behind it: it starts call(0) to call(n-1) in goroutines of their
+// own and holds the commands of call i that match match(i) until every
+// one is held. Load the calls' script first (see Resend), so that no hold
+// is spent on a NOSCRIPT reply. The func it returns lets them go one at a
+// time, in order, waiting for each call to return (failing the test on an
+// error), and after the first until queued reports 0. The one place the
+// first opens then goes to the first call queued behind the flight, which
+// takes every other queued call along in one batch, before any other
+// place opens: the batch a test builds is the one sent.
 func HoldEach(t testing.TB, f *Faults, n int, match func(i int) Match, queued func() int, call func(i int) error) (release func()) {
 	t.Helper()
 	holds := make([]*Rule, n)
@@ -404,7 +381,7 @@ func HasArg(arg string) Match {
 
 // GoQueued starts call in a goroutine of its own and waits until queued
 // reports n: the call waits in a batcher's queue, behind a flight that
-// HoldCalls holds.
+// HoldEach holds.
 func GoQueued(t testing.TB, queued func() int, n int, call func()) {
 	t.Helper()
 	go call()
