@@ -37,8 +37,9 @@
 // (five minutes, or the period's length if shorter) well above the clock
 // skew between Redis servers, plus a jitter of up to an hour taken from the
 // key's hash, so that a million users' keys do not expire in the same
-// second. The script writes the count and its expiry in one SET ... PXAT,
-// so a key that somehow lost its expiry gets it back on the next count.
+// second. A count is created with its expiry in one SET ... PXAT, and
+// every later count sets the expiry again (PEXPIREAT), so a key that
+// somehow lost its expiry gets it back on the next count.
 //
 // The Redis clock decides the period. The caller's machine names the key
 // of the period its own clock is in (it knows the time zone rules; Lua

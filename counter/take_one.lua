@@ -19,9 +19,15 @@ local v = before + tonumber(ARGV[2])
 if v > tonumber(ARGV[3]) then
   return {0, before, 0}
 end
-if ARGV[5] ~= '0' then
+-- Written as take_batch.lua's write() does, and for its reasons.
+local windowed = ARGV[5] ~= '0'
+if before ~= 0 and redis.pcall('INCRBY', key, ARGV[2]) == v then
+  if windowed then
+    redis.call('PEXPIREAT', key, ARGV[6])
+  end
+elseif windowed then
   redis.call('SET', key, string.format('%d', v), 'PXAT', ARGV[6])
-elseif not got or not redis.call('SET', key, string.format('%d', v), 'XX', 'KEEPTTL') then
+else
   redis.call('SET', key, string.format('%d', v), 'PX', ARGV[6])
 end
 return {1, v, 1}

@@ -3,6 +3,7 @@ package counter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -109,25 +110,101 @@ func TestEveryCountIsBornWithItsExpiry(t *testing.T) {
 
 func TestAWindowedCountThatLostItsExpiryGetsItBack(t *testing.T) {
 	// The stuck DDOS counter: something (an old INCR-then-EXPIRE code
-	// path) left the key without a TTL.
+	// path) left the key without a TTL. Incr and Take write through
+	// different scripts; both must give the expiry back.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		rdb := b.Client(t)
 		c := newClient(t, rdb)
 		ctx := context.Background()
-		l := Limit{Key: redistest.Key(t), Cap: 100, Window: Fixed(time.Hour)}
-		if _, err := c.Incr(ctx, l, 1); err != nil {
-			t.Fatal(err)
-		}
+		tag := "{" + redistest.Key(t) + "}"
+		l := Limit{Key: tag, Cap: 100, Window: Fixed(time.Hour)}
+		other := Limit{Key: tag + ":other", Cap: 100, Window: Fixed(time.Hour)}
 		pl, _ := c.place(l, time.Now())
 		key := pl.key.(string)
-		if err := rdb.Persist(ctx, key).Err(); err != nil {
-			t.Fatal(err)
+		for i, count := range []func() (int64, error){
+			func() (int64, error) {
+				ct, err := c.Incr(ctx, l, 1)
+				return ct.Value, err
+			},
+			func() (int64, error) {
+				out, err := c.Take(ctx, Op{Limit: l, N: 1}, Op{Limit: other, N: 1})
+				if err != nil || !out.Allowed {
+					return 0, fmt.Errorf("Take: %+v %v", out, err)
+				}
+				return out.Counts[0].Value, nil
+			},
+		} {
+			if _, err := count(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Persist(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := count(); err != nil || got != int64(2*i+2) {
+				t.Fatalf("count %d after PERSIST: %d %v, want %d", i, got, err, 2*i+2)
+			}
+			if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+				t.Fatalf("count %d: PTTL %v after a count, want the expiry back", i, ttl)
+			}
 		}
-		if got, err := c.Incr(ctx, l, 1); err != nil || got.Value != 2 {
-			t.Fatalf("Incr: %+v %v", got, err)
-		}
-		if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
-			t.Fatalf("PTTL %v after an increment, want the expiry back", ttl)
+	})
+}
+
+func TestACountIncrCannotMoveIsWrittenWithItsExpiry(t *testing.T) {
+	// The scripts move a count that exists with INCRBY and check its
+	// reply. A key another tool left as "0" or "5.0" (Lua reads 5, INCRBY
+	// refuses it), without a TTL, must still be counted from the value
+	// Lua read and leave with an expiry, whichever script counts it.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		ctx := context.Background()
+		for _, held := range []struct {
+			text  string
+			value int64
+		}{{"0", 0}, {"5.0", 5}} {
+			for _, window := range []Window{Fixed(time.Hour), {}} {
+				for _, take := range []bool{false, true} {
+					tag := "{" + redistest.Key(t) + "}"
+					windowed := window != Window{}
+					l := Limit{Key: tag, Cap: 100, Window: window}
+					if !windowed {
+						l.TTL = time.Hour
+					}
+					pl, err := c.place(l, time.Now())
+					if err != nil {
+						t.Fatal(err)
+					}
+					key := pl.key.(string)
+					if err := rdb.Set(ctx, key, held.text, 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+					var got int64
+					if take {
+						out, err := c.Take(ctx, Op{Limit: l, N: 1}, Op{Limit: Limit{Key: tag + ":other", Cap: 100, TTL: time.Hour}, N: 1})
+						if err != nil || !out.Allowed {
+							t.Fatalf("Take: %+v %v", out, err)
+						}
+						got = out.Counts[0].Value
+					} else {
+						ct, err := c.Incr(ctx, l, 1)
+						if err != nil || !ct.Counted {
+							t.Fatalf("Incr: %+v %v", ct, err)
+						}
+						got = ct.Value
+					}
+					name := fmt.Sprintf("%q held, window %v, Take %v", held.text, windowed, take)
+					if want := held.value + 1; got != want {
+						t.Errorf("%s: counted to %d, want %d", name, got, want)
+					}
+					if v, err := rdb.Get(ctx, key).Int64(); err != nil || v != got {
+						t.Errorf("%s: key holds %d (%v), want %d", name, v, err, got)
+					}
+					if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+						t.Errorf("%s: PTTL %v, want an expiry", name, ttl)
+					}
+				}
+			}
 		}
 	})
 }
