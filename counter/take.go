@@ -122,15 +122,12 @@ func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
 	}
 	res, err := c.windowed(ctx, run, func(now time.Time) ([]any, error) {
 		where = where[:0]
-		slot := -1
 		for _, op := range ops {
 			pl, err := c.place(op.Limit, now)
 			if err != nil {
 				return nil, err
 			}
-			if s := hashtag.Slot(pl.key.(string)); slot < 0 {
-				slot = s
-			} else if s != slot {
+			if len(where) > 0 && !hashtag.SameSlot(where[0].key.(string), pl.key.(string)) {
 				return nil, fmt.Errorf("%w: the keys of one Take call must share a cluster slot: give them a common {tag} (%q and %q do not)", ErrInvalid, ops[0].Key, op.Key)
 			}
 			where = append(where, pl)

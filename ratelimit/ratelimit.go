@@ -235,7 +235,6 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 		return Decision{}, fmt.Errorf("%w: cost %d must be at least 1", ErrInvalid, n)
 	}
 	keys := make([]string, len(checks))
-	slot := -1
 	needToken, allGCRA := false, true
 	for i, c := range checks {
 		if err := c.Limit.check(); err != nil {
@@ -253,9 +252,7 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 				return Decision{}, fmt.Errorf("%w: limit %v on key %q given twice", ErrInvalid, c.Limit, c.Key)
 			}
 		}
-		if s := hashtag.Slot(k); slot < 0 {
-			slot = s
-		} else if s != slot {
+		if i > 0 && !hashtag.SameSlot(keys[0], k) {
 			return Decision{}, fmt.Errorf("%w: keys %q and %q hash to different cluster slots: give them a common {tag}", ErrInvalid, checks[0].Key, c.Key)
 		}
 		keys[i] = k

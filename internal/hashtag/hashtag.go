@@ -45,15 +45,32 @@ const Slots = 16384
 
 // Slot returns the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
 // tag, or of the whole key when it has no non-empty tag, modulo Slots.
-func Slot(key string) int {
+func Slot(key string) int { return crc16(hashed(key)) % Slots }
+
+// SameSlot reports whether keys a and b are in one cluster slot. Keys
+// that share their {tag} are, and cost no CRC.
+func SameSlot(a, b string) bool {
+	ha, hb := hashed(a), hashed(b)
+	return ha == hb || crc16(ha)%Slots == crc16(hb)%Slots
+}
+
+// hashed returns the part of key that Redis Cluster hashes: its first
+// non-empty {tag}, else the whole key.
+func hashed(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
+			return key[i+1 : i+1+j]
 		}
 	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
+	return key
+}
+
+// crcTable holds the CRC16 (XMODEM) of every byte: a byte at a time, the
+// CRC costs a table read instead of eight shifts and branches (Slot runs
+// on every multi-key call).
+var crcTable = func() (t [256]uint16) {
+	for b := range t {
+		crc := uint16(b) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -61,8 +78,17 @@ func Slot(key string) int {
 				crc <<= 1
 			}
 		}
+		t[b] = crc
 	}
-	return int(crc) % Slots
+	return t
+}()
+
+func crc16(s string) int {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^s[i]]
+	}
+	return int(crc)
 }
 
 // OwnTag reports whether key carries its own non-empty hash tag ({...}),

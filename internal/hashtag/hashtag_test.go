@@ -2,6 +2,7 @@ package hashtag
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/surgekit/surge/internal/redistest"
@@ -11,13 +12,47 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 
 func TestSlotMatchesTheCluster(t *testing.T) {
 	rdb := redistest.Open(t, redistest.ClusterB).Client(t)
-	for _, key := range []string{"", "a", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "surge:stock:{sku#3.17}:due", "ünïcode{ß}"} {
+	keys := []string{"", "a", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "surge:stock:{sku#3.17}:due", "ünïcode{ß}"}
+	// Every byte value, so that each entry of the CRC table is read.
+	for b := range 256 {
+		keys = append(keys, "k"+string([]byte{byte(b), byte(255 - b)})+strconv.Itoa(b*7919))
+	}
+	for _, key := range keys {
 		want, err := rdb.ClusterKeySlot(context.Background(), key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := Slot(key); int64(got) != want {
 			t.Errorf("Slot(%q) = %d, CLUSTER KEYSLOT says %d", key, got, want)
+		}
+	}
+}
+
+func TestSameSlot(t *testing.T) {
+	// A pair of different tags in one slot, found by search.
+	var a, b string
+	seen := map[int]string{}
+	for i := 0; a == ""; i++ {
+		k := "k" + strconv.Itoa(i)
+		if prev, ok := seen[Slot(k)]; ok {
+			a, b = prev, k
+		}
+		seen[Slot(k)] = k
+	}
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"x{user:1}:draws", "y{user:1}:wins", true},
+		{"{user:1}", "user:1", true},
+		{a, b, true},
+		{"{" + a + "}:1", "{" + b + "}:2", true},
+		{"foo", "bar", false},           // slots 12182 and 5061
+		{"x{foo}", "bar{}{foo}", false}, // an empty {} is no tag: the whole key
+		{"{foo}:draws", "{bar}:wins", false},
+	} {
+		if got := SameSlot(c.a, c.b); got != c.want {
+			t.Errorf("SameSlot(%q, %q) = %v, want %v (slots %d and %d)", c.a, c.b, got, c.want, Slot(c.a), Slot(c.b))
 		}
 	}
 }
