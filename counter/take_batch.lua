@@ -79,10 +79,12 @@ local reply, r = {}, 0
 local a, k = 2, 0 -- a call's first argument (its m); its keys follow KEYS[k]
 
 -- write stores v, the count of key (whose arguments start at ARGV[b]),
--- with its expiry (see above); existed: the count the key held, if any.
-local function write(key, existed, v, b)
+-- with its expiry (see above); existed: the count the key held, if any;
+-- by: v - existed, as ARGV[b] (a count's own n) or a number (the n of
+-- several counts of one key in one call, which are written once).
+local function write(key, existed, v, b, by)
   local windowed = ARGV[b + 4] ~= '0'
-  if existed and existed ~= 0 and redis.pcall('INCRBY', key, ARGV[b]) == v then
+  if existed and existed ~= 0 and redis.pcall('INCRBY', key, by) == v then
     if windowed then
       redis.call('PEXPIREAT', key, ARGV[b + 5])
     end
@@ -98,7 +100,7 @@ end
 -- counted and written if it fits (v), else left as it was (was).
 local function settle(at, key, was, v, fits, b)
   if fits then
-    write(key, was, v, b)
+    write(key, was, v, b, ARGV[b])
     reply[at], reply[at + 1] = v, 1
   else
     reply[at], reply[at + 1] = was or 0, 0
@@ -189,7 +191,7 @@ while a <= #ARGV do
         v = before or 0
       elseif counted[i] and not written[key] then
         written[key] = true -- once per key, with its final value
-        write(key, before, v, b)
+        write(key, before, v, b, v - (before or 0))
       end
       reply[r + 2 * i], reply[r + 2 * i + 1] = v, (allowed == 1 and counted[i]) and 1 or 0
     end

@@ -341,6 +341,33 @@ func TestTwoCountsOfOneKeySeeEachOther(t *testing.T) {
 		if got, err := c.Get(context.Background(), m); err != nil || got.Value != 3 {
 			t.Fatalf("Get: %+v %v, want 3", got, err)
 		}
+
+		// Two counts of one key without a window keep the TTL it was born
+		// with: the key is written once, with both.
+		rdb := b.Client(t)
+		lived := Limit{Key: redistest.Key(t) + "t", Cap: 10, TTL: time.Hour}
+		if _, err := c.Incr(context.Background(), lived, 1); err != nil {
+			t.Fatal(err)
+		}
+		key, _ := c.key(lived.Key, "")
+		// An expiry two hours out, where no write of the scripts would put
+		// it (a fresh TTL is one hour): a moved one cannot land near it.
+		born := time.Now().Add(2 * time.Hour)
+		if err := rdb.PExpireAt(context.Background(), key, born).Err(); err != nil {
+			t.Fatal(err)
+		}
+		out, err = c.Take(context.Background(), Op{Limit: lived, N: 2}, Op{Limit: lived, N: 3})
+		if err != nil || !out.Allowed || out.Counts[1].Value != 6 {
+			t.Fatalf("1 + 2 + 3: %+v %v, want counted to 6", out, err)
+		}
+		if v, err := rdb.Get(context.Background(), key).Int64(); err != nil || v != 6 {
+			t.Errorf("key holds %d (%v), want 6", v, err)
+		}
+		// miniredis keeps a TTL, not a time: allow its rounding.
+		after := time.UnixMilli(rdb.PExpireTime(context.Background(), key).Val().Milliseconds())
+		if d := after.Sub(born); d < -time.Second || d > time.Second {
+			t.Errorf("expiry moved from %v to %v on a call of two counts", born, after)
+		}
 	})
 }
 
