@@ -51,6 +51,8 @@ type Batcher[Q, R any] struct {
 	// leader's cancellation does not end: a leader that gives up returns
 	// at once (with ErrOutcomeUnknown), the batch lands for the others, and
 	// nothing is sent again. The client's own timeouts bound the batch.
+	// (A leader whose context cannot end, such as context.Background(),
+	// sends on its own goroutine: it cannot give up.)
 	Detach bool
 	// Orphan, if set, is handed the request and the result (or the
 	// batch's error) of every call whose caller gave up while its
@@ -245,7 +247,10 @@ func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q,
 	for i, c := range batch {
 		reqs[i] = c.req
 	}
-	if !b.Detach || len(batch) == 1 {
+	// A leader whose context can never end never leaves its batch, so the
+	// batch needs no goroutine of its own (which costs a crowd of adds
+	// about a tenth of their throughput).
+	if !b.Detach || len(batch) == 1 || ctx.Done() == nil {
 		res, err := send(ctx, reqs)
 		b.finish(ctx, batch, res, err, false)
 		return true

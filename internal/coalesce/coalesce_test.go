@@ -279,6 +279,56 @@ func TestADetachedBatchLandsForTheOthersWhenItsLeaderGivesUp(t *testing.T) {
 	}
 }
 
+func TestADetachedBatchWhoseLeaderCannotGiveUpIsSentUnderItsContext(t *testing.T) {
+	// Detaching costs a goroutine per batch; a leader whose context can
+	// never end (Done is nil) has no need of it.
+	type key struct{}
+	for _, c := range []struct {
+		name     string
+		cancel   bool
+		detached bool
+	}{{"context.Background", false, false}, {"a context that can end", true, true}} {
+		b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8, Detach: true}
+		g := newGate()
+		out := make(chan result, 10)
+		start(b, g, context.Background(), 0, out)
+		<-g.entered
+		leaderCtx := context.WithValue(context.Background(), key{}, "leader")
+		if c.cancel {
+			var cancel context.CancelFunc
+			leaderCtx, cancel = context.WithCancel(leaderCtx)
+			defer cancel()
+		}
+		var sentUnder context.Context
+		send := func(ctx context.Context, reqs []int) ([]string, error) {
+			if len(reqs) > 1 {
+				sentUnder = ctx
+			}
+			return g.send(ctx, reqs)
+		}
+		go func() {
+			r, err := b.Do(leaderCtx, 1, send)
+			out <- result{1, r, err}
+		}()
+		waitQueued(t, b, 1)
+		start(b, g, context.Background(), 2, out)
+		waitQueued(t, b, 2)
+		g.release <- struct{}{}
+		g.release <- struct{}{}
+		for range 3 {
+			if r := <-out; r.err != nil || r.res != fmt.Sprint("r", r.req) {
+				t.Fatalf("%s: call %d: %q %v", c.name, r.req, r.res, r.err)
+			}
+		}
+		if sentUnder == nil || sentUnder.Value(key{}) != "leader" {
+			t.Fatalf("%s: the batch [1 2] was not sent under its leader's context (%v)", c.name, sentUnder)
+		}
+		if detached := sentUnder != leaderCtx; detached != c.detached {
+			t.Errorf("%s: batch detached %v, want %v", c.name, detached, c.detached)
+		}
+	}
+}
+
 func TestTheCallersThatLeftADetachedBatchAreHandedTheirOutcomeWhenItLands(t *testing.T) {
 	b, g, out := heldFirst(8)
 	b.Detach = true
