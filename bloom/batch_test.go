@@ -151,6 +151,72 @@ func TestALookupThatGivesUpInTheQueueReturnsAtOnce(t *testing.T) {
 	})
 }
 
+func TestAnAddThatGivesUpInFlightLeavesTheOthersTheirTrues(t *testing.T) {
+	// Three Adds queue behind a full flight and go in one script call,
+	// the first of them sending it. Its reply is held at the client, after
+	// the script ran, while the sender gives up. The other two must still
+	// hear that their items were new: a call sent again for them would
+	// find the items present.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		faults := redistest.NewFaults()
+		f := mustNew(t, b.Client(t, faults), redistest.Key(t), 1000, 0.01)
+		if _, err := f.Add(ctx, "warm"); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		sha := addFixedScript.Hash()
+		first := make(chan error, maxInFlight)
+		held := fillFlight(t, faults, sha, func(i int) {
+			_, err := f.Add(ctx, fmt.Sprint("first-", i))
+			first <- err
+		})
+		batch := faults.On(redistest.Script(sha)).HoldReply().Times(1)
+		t.Cleanup(batch.Release)
+
+		quit, cancel := context.WithCancel(ctx)
+		defer cancel()
+		items := []string{"leader", "b", "c"}
+		results := make([]chan addResult, len(items))
+		for i, item := range items {
+			results[i] = make(chan addResult, 1)
+			addCtx := ctx
+			if i == 0 {
+				addCtx = quit
+			}
+			go func() {
+				isNew, err := f.Add(addCtx, item)
+				results[i] <- addResult{isNew, err}
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the adds to queue", func() bool { return f.shards[0].adds.Queued() == i+1 })
+		}
+		// One place opens: the leader sends the three, and the script
+		// runs; its reply waits.
+		held.held[0].Release()
+		redistest.WaitFor(t, 10*time.Second, "the batch to run", func() bool { return batch.Hits() == 1 })
+		cancel()
+		if o := <-results[0]; !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("the Add that gave up: %+v, want its context's error", o)
+		}
+		batch.Release()
+		for i := 1; i < len(items); i++ {
+			if o := <-results[i]; o.err != nil || !o.isNew {
+				t.Errorf("Add(%q) = %v, %v; want new: its batch ran once, and added it", items[i], o.isNew, o.err)
+			}
+		}
+		for _, h := range held.held[1:] {
+			h.Release()
+		}
+		for range maxInFlight {
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := held.calls.Hits(); n != maxInFlight+1 {
+			t.Errorf("%d add script calls, want %d: the batch must not be sent again", n, maxInFlight+1)
+		}
+	})
+}
+
 func TestACoalescedAddThatWentInIsNotReportedFullWithTheOnesThatDidNot(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()

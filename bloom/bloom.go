@@ -63,7 +63,10 @@ type shard struct {
 	// script that finds more says so and the call is repeated.
 	known atomic.Int32
 	// adds and lookups coalesce concurrent Adds and Exists calls on the
-	// shard into batches (see one).
+	// shard into batches (see one). A batch of adds is detached: if the
+	// Add that sends it gives up while it is in flight, it lands for the
+	// others rather than being sent again, which would find their items
+	// present and report them not new.
 	adds, lookups coalesce.Batcher[string, answer]
 }
 
@@ -183,7 +186,7 @@ func newFilter(rdb RedisClient, name string, capacity int64, rate float64, scala
 		sh.keys = keys
 		sh.replyPrefix = tag + ":r:"
 		sh.known.Store(1)
-		sh.adds.MaxInFlight, sh.adds.MaxBatch = maxInFlight, maxBatch
+		sh.adds.MaxInFlight, sh.adds.MaxBatch, sh.adds.Detach = maxInFlight, maxBatch, true
 		sh.lookups.MaxInFlight, sh.lookups.MaxBatch = maxInFlight, maxBatch
 	}
 	return f, nil

@@ -150,9 +150,9 @@
 //   - A true can still be lost where nothing is resent: an Add whose
 //     context ends while its call is in flight returns an error, though
 //     the call may have set the bits (Add the item again to be sure: it
-//     then reports false); and when the Add that sent a coalesced batch
-//     gives up so, the other Adds of the batch send it again as a call of
-//     their own, which finds their items present. And an AddMany over
+//     then reports false). Only its own: when the Add that sent a
+//     coalesced batch gives up so, the batch goes on without it and the
+//     other Adds of the batch get their answers. And an AddMany over
 //     several shards that fails on one of them (its node unreachable, say)
 //     returns only the error: the other shards' calls may have added their
 //     items, and their trues are lost with the error.

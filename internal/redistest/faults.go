@@ -70,8 +70,8 @@ func Script(sha string) Match {
 func Any() Match { return func(redis.Cmder) bool { return true } }
 
 // Rule is what happens to the commands one Match selects (or, made with
-// OnDial, to the dials). A rule without Fail, LoseReply, Resend, Delay or
-// Hold only counts.
+// OnDial, to the dials). A rule without Fail, LoseReply, Resend, Delay,
+// Hold or HoldReply only counts.
 type Rule struct {
 	f      *Faults
 	match  Match // nil for a rule on dials
@@ -80,8 +80,9 @@ type Rule struct {
 	resend bool  // the command runs twice; the caller sees the second reply
 	delay  time.Duration
 	hold   chan struct{}
-	times  int // commands still to affect; < 0 means all
-	hits   int // commands matched, affected or not
+	after  bool // hold the reply, once the command ran (HoldReply)
+	times  int  // commands still to affect; < 0 means all
+	hits   int  // commands matched, affected or not
 }
 
 // On adds a rule for the commands m selects and returns it for configuring.
@@ -96,7 +97,8 @@ func (f *Faults) On(m Match) *Rule {
 // OnDial adds a rule for the client's dials instead of its commands, and
 // returns it for configuring: Fail, Delay and Hold then apply to opening a
 // connection, a command's or a pub/sub one (on a cluster, to every node's),
-// as a slow or unreachable network would; LoseReply does not apply. The
+// as a slow or unreachable network would; LoseReply and HoldReply do not
+// apply. The
 // dials of Backend.Client itself (its PING) come before any rule can be
 // added.
 func (f *Faults) OnDial() *Rule {
@@ -158,7 +160,20 @@ func (r *Rule) Hold() *Rule {
 	return r
 }
 
-// Release lets commands blocked by Hold go on, and stops holding new ones.
+// HoldReply lets matched commands run on the server and then blocks
+// their callers until Release is called; a caller whose context ends first
+// gets its context's error, as when a reply is still on its way when the
+// caller gives up: the command took effect, the caller does not know it.
+func (r *Rule) HoldReply() *Rule {
+	r.f.mu.Lock()
+	r.hold = make(chan struct{})
+	r.after = true
+	r.f.mu.Unlock()
+	return r
+}
+
+// Release lets commands blocked by Hold or HoldReply go on, and stops
+// holding new ones.
 func (r *Rule) Release() {
 	r.f.mu.Lock()
 	h := r.hold
@@ -194,6 +209,7 @@ type action struct {
 	resend bool
 	delay  time.Duration
 	hold   chan struct{}
+	reply  chan struct{} // HoldReply's
 }
 
 // actionFor returns what happens to cmd, or with a nil cmd to a dial.
@@ -224,7 +240,10 @@ func (f *Faults) actionFor(cmd redis.Cmder) action {
 		}
 		a.resend = a.resend || r.resend
 		a.delay += r.delay
-		if r.hold != nil && a.hold == nil {
+		switch {
+		case r.hold != nil && r.after && a.reply == nil:
+			a.reply = r.hold
+		case r.hold != nil && !r.after && a.hold == nil:
 			a.hold = r.hold
 		}
 	}
@@ -289,7 +308,24 @@ func (f *Faults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(a.lost)
 			return a.lost
 		}
+		if err := a.holdReply(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
 		return err
+	}
+}
+
+// holdReply waits for HoldReply's Release, or fails with ctx's error.
+func (a action) holdReply(ctx context.Context) error {
+	if a.reply == nil {
+		return nil
+	}
+	select {
+	case <-a.reply:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -299,12 +335,16 @@ func (f *Faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var failed error
 		resend := false
+		var replies []action // with HoldReply
 		for _, cmd := range cmds {
 			a := f.actionFor(cmd)
 			if err := a.apply(ctx); err != nil && failed == nil {
 				failed = err
 			}
 			resend = resend || a.resend
+			if a.reply != nil {
+				replies = append(replies, a)
+			}
 		}
 		if failed != nil {
 			for _, cmd := range cmds {
@@ -318,7 +358,16 @@ func (f *Faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 				cmd.SetErr(nil)
 			}
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, a := range replies {
+			if held := a.holdReply(ctx); held != nil {
+				for _, cmd := range cmds {
+					cmd.SetErr(held)
+				}
+				return held
+			}
+		}
+		return err
 	}
 }
 
