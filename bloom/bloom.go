@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -258,9 +259,10 @@ func (f *Filter) Add(ctx context.Context, item string) (bool, error) {
 // AddMany adds items and reports, for each, whether it was new (see Add).
 // A filter with one shard takes the whole batch in one script call; a
 // sharded one sends one call per shard involved, all in one pipeline.
-// Each call is atomic on its own shard; a batch as a whole is not: on an
-// error, items of some shards may have been added, and their trues are
-// lost (see the package doc).
+// Each call is atomic on its own shard; a batch as a whole is not. If the
+// calls of some shards fail and others' do not, AddMany returns the
+// answers it has with a *BatchError naming the items left without one;
+// those may or may not have been added.
 func (f *Filter) AddMany(ctx context.Context, items []string) ([]bool, error) {
 	if len(items) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)
@@ -316,7 +318,9 @@ func (f *Filter) one(ctx context.Context, add bool, item string) (bool, error) {
 }
 
 // ExistsMany reports, for each of items, whether it may be in the filter
-// (see Exists), in one script call per shard involved, pipelined.
+// (see Exists), in one script call per shard involved, pipelined. If the
+// calls of some shards fail and others' do not, it returns the answers it
+// has with a *BatchError naming the items left without one.
 func (f *Filter) ExistsMany(ctx context.Context, items []string) ([]bool, error) {
 	if len(items) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)
@@ -346,7 +350,8 @@ func (f *Filter) do(ctx context.Context, add bool, items []string, out []bool) e
 }
 
 // run runs add or exists for each group's items, one script call per
-// group, and writes each item's answer to out.
+// group, and writes each item's answer to out. Groups whose call fails
+// leave their items unanswered (see partial).
 func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) error {
 	if !f.scalable {
 		return f.doFixed(ctx, add, groups, out)
@@ -355,6 +360,8 @@ func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) 
 	if add {
 		s = addScript
 	}
+	var fails failures
+	fails.count(groups)
 	for round := 0; len(groups) > 0; round++ {
 		if round == maxRounds {
 			return errors.New("bloom: the filter's layers kept changing during the call")
@@ -363,13 +370,14 @@ func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) 
 		for i := range groups {
 			args[i] = f.args(add, &groups[i])
 		}
-		replies, err := s.IntsBatch(ctx, f.rdb, args)
-		if err != nil {
-			return fmt.Errorf("bloom: %w", err)
-		}
+		replies, errs := s.IntsEach(ctx, f.rdb, args)
 		pending := groups[:0]
 		for i, r := range replies {
 			g := groups[i]
+			if errs[i] != nil {
+				fails.add(&g, errs[i])
+				continue
+			}
 			more, err := f.settle(ctx, &g, r, out)
 			if err != nil {
 				return err
@@ -380,7 +388,7 @@ func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) 
 		}
 		groups = pending
 	}
-	return nil
+	return fails.err()
 }
 
 // doFixed is do for a fixed-size filter: one layer, so no layer counts
@@ -395,12 +403,15 @@ func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bo
 	for i := range groups {
 		args[i] = f.fixedArgs(s, add, &groups[i])
 	}
-	replies, err := s.IntsBatch(ctx, f.rdb, args)
-	if err != nil {
-		return fmt.Errorf("bloom: %w", err)
-	}
+	var fails failures
+	fails.count(groups)
+	replies, errs := s.IntsEach(ctx, f.rdb, args)
 	for i, r := range replies {
 		g := &groups[i]
+		if errs[i] != nil {
+			fails.add(g, errs[i])
+			continue
+		}
 		if len(r) == 1 && r[0] == -1 {
 			return f.mismatch(ctx, g.shard)
 		}
@@ -415,7 +426,49 @@ func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bo
 			}
 		}
 	}
-	return nil
+	return fails.err()
+}
+
+// failures gathers the items of the groups whose script call failed.
+type failures struct {
+	items   int   // items in the call
+	unknown []int // batch indexes of the items of failed groups
+	first   error
+}
+
+// count records how many items the call's groups hold.
+func (fs *failures) count(groups []group) {
+	for i := range groups {
+		fs.items += len(groups[i].items)
+	}
+}
+
+// add records that g's call failed with err.
+func (fs *failures) add(g *group, err error) {
+	if fs.first == nil {
+		fs.first = err
+	}
+	if g.at != nil {
+		fs.unknown = append(fs.unknown, g.at...)
+		return
+	}
+	for i := range g.items {
+		fs.unknown = append(fs.unknown, g.from+i)
+	}
+}
+
+// err is nil if no call failed; the first failure if every item's did
+// (as for a filter of one shard); else a *BatchError naming the items
+// left without an answer.
+func (fs *failures) err() error {
+	switch {
+	case fs.first == nil:
+		return nil
+	case len(fs.unknown) == fs.items:
+		return fmt.Errorf("bloom: %w", fs.first)
+	}
+	slices.Sort(fs.unknown)
+	return &BatchError{Unknown: fs.unknown, Err: fs.first}
 }
 
 // fixedArgs builds the call of add_fixed or exists_fixed for g.

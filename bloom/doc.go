@@ -152,10 +152,10 @@
 //     the call may have set the bits (Add the item again to be sure: it
 //     then reports false). Only its own: when the Add that sent a
 //     coalesced batch gives up so, the batch goes on without it and the
-//     other Adds of the batch get their answers. And an AddMany over
-//     several shards that fails on one of them (its node unreachable, say)
-//     returns only the error: the other shards' calls may have added their
-//     items, and their trues are lost with the error.
+//     other Adds of the batch get their answers. An AddMany over several
+//     shards that fails on some of them (a node out of reach, say) returns
+//     the other shards' answers with a *BatchError that names the items
+//     left without one.
 //   - A batch is atomic per shard, not across shards.
 //   - Count estimates the number of distinct items from the bits set,
 //     n ≈ -(m/k)·ln(1 - set/m) per layer (Swamidass and Baldi, 2007).

@@ -1,6 +1,9 @@
 package bloom
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrInvalid is wrapped by every error about a bad argument: a
@@ -21,3 +24,25 @@ var (
 	// above MaxShardBits. Items added before the error stay added.
 	ErrFull = errors.New("bloom: scalable filter cannot grow further")
 )
+
+// A BatchError is returned by AddMany and ExistsMany on a filter with
+// several shards when the script calls of some shards failed (a node out
+// of reach, say) and the others' did not. The slice returned with it holds
+// the right answer for every item not listed in Unknown: an item added by
+// a shard whose call succeeded is reported new or not, as if the batch had
+// not failed. An item in Unknown may or may not have been added. errors.Is
+// and errors.As see Err through it. When every shard's call fails, the
+// error is that failure, not a BatchError.
+type BatchError struct {
+	// Unknown lists the indexes, in the batch, of the items left without
+	// an answer, in increasing order.
+	Unknown []int
+	// Err is the first failure.
+	Err error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("bloom: no answer for %d of the batch's items: %v", len(e.Unknown), e.Err)
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }

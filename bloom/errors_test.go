@@ -3,6 +3,8 @@ package bloom
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/surgekit/surge/internal/redistest"
@@ -46,6 +48,62 @@ func TestRedisErrorsReachTheCaller(t *testing.T) {
 		}
 		if ok, err := fixed.Exists(ctx, "before"); err != nil || !ok {
 			t.Fatalf("after the faults: %v %v", ok, err)
+		}
+	})
+}
+
+func TestABatchWhoseShardFailsStillAnswersTheOtherShardsItems(t *testing.T) {
+	// One shard's script call fails (its meta key holds a string, so its
+	// script meets WRONGTYPE before writing anything) while the others
+	// run: their items were added and must be reported new, and the
+	// failed shard's items named as unknown.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		for _, f := range []*Filter{
+			mustNew(t, rdb, redistest.Key(t), 100, 0.01, WithShards(4)),
+			mustScalable(t, rdb, redistest.Key(t), 100, 0.01, WithShards(4)),
+		} {
+			if err := f.Create(ctx); err != nil {
+				t.Fatal(err)
+			}
+			const broken = 2
+			if err := rdb.Set(ctx, f.shards[broken].keys[0].(string), "not a hash", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			batch := items("p", 40)
+			var want []int
+			for i, item := range batch {
+				if shardOf(item, 4) == broken {
+					want = append(want, i)
+				}
+			}
+			if len(want) == 0 || len(want) == len(batch) {
+				t.Fatalf("%d of %d items on the broken shard: the test needs some and not all", len(want), len(batch))
+			}
+			for _, call := range []struct {
+				name string
+				run  func(context.Context, []string) ([]bool, error)
+			}{{"AddMany", f.AddMany}, {"ExistsMany", f.ExistsMany}} {
+				got, err := call.run(ctx, batch)
+				var be *BatchError
+				if !errors.As(err, &be) || !strings.Contains(err.Error(), "WRONGTYPE") {
+					t.Fatalf("%s: %v, want a BatchError wrapping the shard's WRONGTYPE", call.name, err)
+				}
+				if fmt.Sprint(be.Unknown) != fmt.Sprint(want) {
+					t.Errorf("%s: unknown %v, want the broken shard's items %v", call.name, be.Unknown, want)
+				}
+				for i, ok := range got {
+					if shardOf(batch[i], 4) != broken && !ok {
+						t.Errorf("%s: item %d of a working shard answered false, want true (new, then present)", call.name, i)
+					}
+				}
+			}
+			// Every shard failing is that failure, not a BatchError.
+			one := []string{batch[want[0]]}
+			if _, err := f.AddMany(ctx, one); err == nil || errors.As(err, new(*BatchError)) {
+				t.Errorf("AddMany on the broken shard alone: %v, want its plain error", err)
+			}
 		}
 	})
 }

@@ -2,6 +2,7 @@ package bloom_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/alicebob/miniredis/v2"
@@ -113,4 +114,54 @@ func ExampleNewScalable() {
 	// Output:
 	// missing: 0
 	// about 1000 items: true
+}
+
+// A batch over several shards can fail on one of them (its node out of
+// reach) and not on the others. The answers of the other shards' items
+// stand; the items of the failed shard may or may not have been added,
+// and adding them again is safe.
+func ExampleBatchError() {
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+
+	ctx := context.Background()
+	ids, err := bloom.New(rdb, "ids", 1000, 0.01, bloom.WithShards(4))
+	if err != nil {
+		panic(err)
+	}
+	if err := ids.Create(ctx); err != nil {
+		panic(err)
+	}
+	// Stand-in for a node out of reach: shard 1's parameters key holds
+	// something else, so its script call fails and the others run.
+	rdb.Set(ctx, "surge:bf:{ids:1}:meta", "not a filter", 0)
+
+	batch := []string{"a", "b", "c", "d", "e", "f"}
+	isNew, err := ids.AddMany(ctx, batch)
+	var partial *bloom.BatchError
+	if errors.As(err, &partial) {
+		unknown := map[int]bool{}
+		for _, i := range partial.Unknown {
+			unknown[i] = true
+		}
+		for i, id := range batch {
+			switch {
+			case unknown[i]:
+				fmt.Println(id, "unknown: add it again later")
+			case isNew[i]:
+				fmt.Println(id, "new")
+			default:
+				fmt.Println(id, "seen before")
+			}
+		}
+	}
+	// Output:
+	// a new
+	// b unknown: add it again later
+	// c new
+	// d new
+	// e unknown: add it again later
+	// f new
 }

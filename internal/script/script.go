@@ -143,14 +143,24 @@ type Pipeliner interface {
 // meets NOSCRIPT is sent again with the source. The first error of any
 // command is returned, with no replies.
 func (s *Script) IntsBatch(ctx context.Context, c Pipeliner, args [][]any) ([][]int64, error) {
-	replies := make([][]int64, len(args))
-	if len(args) == 1 {
-		r, err := s.Ints(ctx, c, args[0])
+	replies, errs := s.IntsEach(ctx, c, args)
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
 		}
-		replies[0] = r
-		return replies, nil
+	}
+	return replies, nil
+}
+
+// IntsEach is IntsBatch that keeps each command's own outcome: errs[i] is
+// the error of command i, or nil and replies[i] its reply. On a cluster,
+// the commands for a node that cannot be reached fail and the others do
+// not.
+func (s *Script) IntsEach(ctx context.Context, c Pipeliner, args [][]any) (replies [][]int64, errs []error) {
+	replies, errs = make([][]int64, len(args)), make([]error, len(args))
+	if len(args) == 1 {
+		replies[0], errs[0] = s.Ints(ctx, c, args[0])
+		return replies, errs
 	}
 	pipe := c.Pipeline()
 	cmds := make([]*redis.IntSliceCmd, len(args))
@@ -166,9 +176,7 @@ func (s *Script) IntsBatch(ctx context.Context, c Pipeliner, args [][]any) ([][]
 		} else {
 			replies[i] = cmd.Val()
 		}
-		if err != nil {
-			return nil, err
-		}
+		errs[i] = err
 	}
-	return replies, nil
+	return replies, errs
 }
