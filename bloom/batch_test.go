@@ -77,20 +77,29 @@ func queueAdds(t *testing.T, ctx context.Context, f *Filter, fl *flight, inFligh
 	return results
 }
 
+// heldAdds makes a fixed filter whose add script is loaded and fills its
+// flight with maxInFlight Adds held in flight (see fillFlight), whose
+// errors arrive on first once they land.
+func heldAdds(t *testing.T, b *redistest.Backend) (f *Filter, faults *redistest.Faults, held *flight, first chan error) {
+	t.Helper()
+	ctx := context.Background()
+	faults = redistest.NewFaults()
+	f = mustNew(t, b.Client(t, faults), redistest.Key(t), 1000, 0.01)
+	if _, err := f.Add(ctx, "warm"); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	first = make(chan error, maxInFlight)
+	held = fillFlight(t, faults, addFixedScript.Hash(), func(i int) {
+		_, err := f.Add(ctx, fmt.Sprint("first-", i))
+		first <- err
+	})
+	return f, faults, held, first
+}
+
 func TestConcurrentAddsShareScriptCalls(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		faults := redistest.NewFaults()
-		f := mustNew(t, b.Client(t, faults), redistest.Key(t), 1000, 0.01)
-		if _, err := f.Add(ctx, "warm"); err != nil { // loads the script
-			t.Fatal(err)
-		}
-		calls := faults.On(redistest.Script(addFixedScript.Hash()))
-		first := make(chan error, maxInFlight)
-		held := fillFlight(t, faults, addFixedScript.Hash(), func(i int) {
-			_, err := f.Add(ctx, fmt.Sprint("first-", i))
-			first <- err
-		})
+		f, _, held, first := heldAdds(t, b)
 
 		// Ten Adds queue behind them, five of one item: in one script
 		// call, decided one after the other, exactly one of the five is new.
@@ -109,7 +118,7 @@ func TestConcurrentAddsShareScriptCalls(t *testing.T) {
 		if fresh["same"] != 1 || len(fresh) != 6 {
 			t.Fatalf("new: %v; want each item new exactly once", fresh)
 		}
-		if n := calls.Hits(); n != maxInFlight+1 {
+		if n := held.calls.Hits(); n != maxInFlight+1 {
 			t.Fatalf("%d script calls for %d held adds and ten behind them, want %d", n, maxInFlight, maxInFlight+1)
 		}
 	})
@@ -159,18 +168,8 @@ func TestAnAddThatGivesUpInFlightLeavesTheOthersTheirTrues(t *testing.T) {
 	// find the items present.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		faults := redistest.NewFaults()
-		f := mustNew(t, b.Client(t, faults), redistest.Key(t), 1000, 0.01)
-		if _, err := f.Add(ctx, "warm"); err != nil { // loads the script
-			t.Fatal(err)
-		}
-		sha := addFixedScript.Hash()
-		first := make(chan error, maxInFlight)
-		held := fillFlight(t, faults, sha, func(i int) {
-			_, err := f.Add(ctx, fmt.Sprint("first-", i))
-			first <- err
-		})
-		batch := faults.On(redistest.Script(sha)).HoldReply().Times(1)
+		f, faults, held, first := heldAdds(t, b)
+		batch := faults.On(redistest.Script(addFixedScript.Hash())).HoldReply().Times(1)
 		t.Cleanup(batch.Release)
 
 		quit, cancel := context.WithCancel(ctx)
