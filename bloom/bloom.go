@@ -351,7 +351,7 @@ func (f *Filter) do(ctx context.Context, add bool, items []string, out []bool) e
 
 // run runs add or exists for each group's items, one script call per
 // group, and writes each item's answer to out. Groups whose call fails
-// leave their items unanswered (see partial).
+// leave their items unanswered (see failures).
 func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) error {
 	if !f.scalable {
 		return f.doFixed(ctx, add, groups, out)

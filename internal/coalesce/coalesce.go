@@ -248,8 +248,8 @@ func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q,
 		reqs[i] = c.req
 	}
 	// A leader whose context can never end never leaves its batch, so the
-	// batch needs no goroutine of its own (which costs a crowd of adds
-	// about a tenth of their throughput).
+	// batch needs no goroutine of its own (which cost a crowd of lottery
+	// draws about a tenth of their throughput).
 	if !b.Detach || len(batch) == 1 || ctx.Done() == nil {
 		res, err := send(ctx, reqs)
 		b.finish(ctx, batch, res, err, false)
