@@ -51,6 +51,35 @@ func TestIntReturnsScriptErrors(t *testing.T) {
 	})
 }
 
+func TestIntsEachKeepsEachCommandsOutcome(t *testing.T) {
+	// Three commands in one pipeline, the script unknown to the server
+	// (each meets NOSCRIPT and is sent again with the source), the middle
+	// one failing in the script: the others' replies stand.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		s := New("if ARGV[1] == 'fail' then return redis.error_reply('boom') end return {tonumber(ARGV[1]), #KEYS[1]} -- " + redistest.Key(t))
+		var args [][]any
+		for _, a := range []string{"1", "fail", "3"} {
+			key := redistest.Key(t)
+			args = append(args, append(s.Args(1, 1), key, a))
+		}
+		replies, errs := s.IntsEach(ctx, rdb, args)
+		if errs[1] == nil || !strings.Contains(errs[1].Error(), "boom") {
+			t.Errorf("command 1: %v, want the script's error", errs[1])
+		}
+		for _, i := range []int{0, 2} {
+			want := []int64{int64(i + 1), int64(len(args[i][3].(string)))}
+			if errs[i] != nil || len(replies[i]) != 2 || replies[i][0] != want[0] || replies[i][1] != want[1] {
+				t.Errorf("command %d: %v %v, want %v", i, replies[i], errs[i], want)
+			}
+		}
+		if _, err := s.IntsBatch(ctx, rdb, args); err == nil || !strings.Contains(err.Error(), "boom") {
+			t.Errorf("IntsBatch: %v, want the first error", err)
+		}
+	})
+}
+
 func TestIsNilSeesTypedNilClients(t *testing.T) {
 	var typed *redis.Client
 	live := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
