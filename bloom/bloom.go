@@ -260,9 +260,9 @@ func (f *Filter) Add(ctx context.Context, item string) (bool, error) {
 // A filter with one shard takes the whole batch in one script call; a
 // sharded one sends one call per shard involved, all in one pipeline.
 // Each call is atomic on its own shard; a batch as a whole is not. If the
-// calls of some shards fail and others' do not, AddMany returns the
-// answers it has with a *BatchError naming the items left without one;
-// those may or may not have been added.
+// calls of some shards fail and others' do not, or a scalable filter
+// fills up part way (ErrFull), AddMany returns the answers it has with a
+// *BatchError naming the items left without one.
 func (f *Filter) AddMany(ctx context.Context, items []string) ([]bool, error) {
 	if len(items) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)
@@ -379,7 +379,13 @@ func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) 
 				continue
 			}
 			more, err := f.settle(ctx, &g, r, out)
-			if err != nil {
+			var full *fullError
+			switch {
+			case errors.As(err, &full):
+				// The other groups' calls ran too: settle them first.
+				fails.addFull(full)
+				continue
+			case err != nil:
 				return err
 			}
 			if more {
@@ -429,11 +435,13 @@ func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bo
 	return fails.err()
 }
 
-// failures gathers the items of the groups whose script call failed.
+// failures gathers the items of the groups whose script call failed, or
+// that a full scalable filter could not take.
 type failures struct {
 	items   int   // items in the call
-	unknown []int // batch indexes of the items of failed groups
+	unknown []int // batch indexes of the items without an answer
 	first   error
+	full    *fullError // the first group a full filter refused, if any
 }
 
 // count records how many items the call's groups hold.
@@ -457,18 +465,36 @@ func (fs *failures) add(g *group, err error) {
 	}
 }
 
-// err is nil if no call failed; the first failure if every item's did
-// (as for a filter of one shard); else a *BatchError naming the items
-// left without an answer.
+// addFull records that a full filter left the items in full.left out.
+func (fs *failures) addFull(full *fullError) {
+	if fs.full == nil {
+		fs.full = full
+	} else {
+		fs.full.left = append(fs.full.left, full.left...)
+	}
+	fs.unknown = append(fs.unknown, full.left...)
+}
+
+// err is nil if every item has its answer. Otherwise: the first failure
+// if no item has one (as for a filter of one shard whose call failed);
+// else a *BatchError naming the items left without one, wrapping the
+// first failure, or the *fullError (ErrFull) if only a full filter left
+// items out.
 func (fs *failures) err() error {
+	first := fs.first
+	if first != nil {
+		first = fmt.Errorf("bloom: %w", first)
+	} else if fs.full != nil {
+		first = fs.full
+	}
 	switch {
-	case fs.first == nil:
+	case first == nil:
 		return nil
 	case len(fs.unknown) == fs.items:
-		return fmt.Errorf("bloom: %w", fs.first)
+		return first
 	}
 	slices.Sort(fs.unknown)
-	return &BatchError{Unknown: fs.unknown, Err: fs.first}
+	return &BatchError{Unknown: fs.unknown, Err: first}
 }
 
 // fixedArgs builds the call of add_fixed or exists_fixed for g.

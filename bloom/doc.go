@@ -118,10 +118,10 @@
 // stays under its target however large it grows (Almeida et al.,
 // "Scalable Bloom Filters", 2007; RedisBloom's default). Each shard grows
 // on its own, up to MaxLayers or a layer of 2^32 bits; past that Add
-// returns ErrFull. A Filter remembers how many layers each shard has; a
-// script that finds more (another process grew it) says so, and the call
-// is repeated with the new layer, so growth costs a round trip once per
-// process and layer.
+// returns ErrFull (AddMany, a *BatchError naming the items left out). A
+// Filter remembers how many layers each shard has; a script that finds
+// more (another process grew it) says so, and the call is repeated with
+// the new layer, so growth costs a round trip once per process and layer.
 //
 // # Guarantees
 //

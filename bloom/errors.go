@@ -21,18 +21,23 @@ var (
 
 	// ErrFull is returned by Add and AddMany on a scalable filter that
 	// needs a layer it may not have: more than MaxLayers, or a layer
-	// above MaxShardBits. Items added before the error stay added.
+	// above MaxShardBits. Items added before the error stay added; an
+	// AddMany that added some items returns it inside a *BatchError that
+	// names the ones left out.
 	ErrFull = errors.New("bloom: scalable filter cannot grow further")
 )
 
-// A BatchError is returned by AddMany and ExistsMany on a filter with
-// several shards when the script calls of some shards failed (a node out
-// of reach, say) and the others' did not. The slice returned with it holds
-// the right answer for every item not listed in Unknown: an item added by
-// a shard whose call succeeded is reported new or not, as if the batch had
-// not failed. An item in Unknown may or may not have been added. errors.Is
-// and errors.As see Err through it. When every shard's call fails, the
-// error is that failure, not a BatchError.
+// A BatchError is returned by AddMany and ExistsMany when some items of
+// the batch have an answer and others do not: on a filter with several
+// shards, the script calls of some shards failed (a node out of reach,
+// say) and the others' did not; or AddMany on a scalable filter that
+// cannot grow further added the first items and not the rest (Err then
+// wraps ErrFull). The slice returned with it holds the right answer for
+// every item not listed in Unknown: an item added by a call that
+// succeeded is reported new or not, as if the batch had not failed. An
+// item in Unknown may or may not have been added (with ErrFull alone, it
+// was not). errors.Is and errors.As see Err through it. When no item has
+// an answer, the error is the failure itself, not a BatchError.
 type BatchError struct {
 	// Unknown lists the indexes, in the batch, of the items left without
 	// an answer, in increasing order.
