@@ -398,6 +398,44 @@ func TestTheCallersThatLeftADetachedBatchAreHandedTheirOutcomeWhenItLands(t *tes
 	}
 }
 
+func TestACallerThatLeftABatchSentOnItsLeadersGoroutineIsHandedItsOutcome(t *testing.T) {
+	// The leader's context cannot end, so the batch is not detached: the
+	// follower that leaves must still be an orphan, handed its outcome
+	// once the batch lands.
+	b, g, out := heldFirst(8)
+	b.Detach = true
+	orphans := make(chan result, 10)
+	b.Orphan = func(req int, res string, err error) { orphans <- result{req, res, err} }
+	ctx := context.Background()
+	quit, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start(b, g, ctx, 1, out) // will lead [1 2], on its own goroutine
+	waitQueued(t, b, 1)
+	start(b, g, quit, 2, out)
+	waitQueued(t, b, 2)
+	g.release <- struct{}{}
+	if r := <-out; r.req != 0 || r.err != nil {
+		t.Fatalf("first call: %+v", r)
+	}
+	<-g.entered // [1 2] in flight
+	cancel()
+	if r := <-out; r.req != 2 || !errors.Is(r.err, ErrOutcomeUnknown) || !errors.Is(r.err, ErrOrphaned) {
+		t.Fatalf("%+v, want call 2 to leave with ErrOutcomeUnknown and ErrOrphaned", r)
+	}
+	g.release <- struct{}{}
+	if r := <-out; r.req != 1 || r.err != nil || r.res != "r1" {
+		t.Fatalf("the leader: %+v", r)
+	}
+	select {
+	case o := <-orphans:
+		if o.req != 2 || o.err != nil || o.res != "r2" {
+			t.Fatalf("orphan handed %+v, want 2: r2", o)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller that left was never handed its outcome")
+	}
+}
+
 func TestALoneDetachedCallThatGivesUpLearnsTheOutcomeIsUnknown(t *testing.T) {
 	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8, Detach: true}
 	g := newGate()
