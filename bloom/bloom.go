@@ -469,8 +469,6 @@ func (fs *failures) add(g *group, err error) {
 func (fs *failures) addFull(full *fullError) {
 	if fs.full == nil {
 		fs.full = full
-	} else {
-		fs.full.left = append(fs.full.left, full.left...)
 	}
 	fs.unknown = append(fs.unknown, full.left...)
 }

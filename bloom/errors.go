@@ -46,8 +46,10 @@ type BatchError struct {
 	Err error
 }
 
+// Error says how many items have no answer, and why.
 func (e *BatchError) Error() string {
 	return fmt.Sprintf("bloom: no answer for %d of the batch's items: %v", len(e.Unknown), e.Err)
 }
 
+// Unwrap returns Err, for errors.Is and errors.As.
 func (e *BatchError) Unwrap() error { return e.Err }
