@@ -95,6 +95,7 @@ func run[C redis.Cmder](ctx context.Context, c Processor, s *Script, args []any,
 	cmd := newCmd(ctx, args...)
 	err := c.Process(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		notRun(args)
 		cmd = newCmd(ctx, s.evalArgs(args)...)
 		err = c.Process(ctx, cmd)
 	}
@@ -172,6 +173,7 @@ func (s *Script) IntsEach(ctx context.Context, c Pipeliner, args [][]any) (repli
 	for i, cmd := range cmds {
 		err := cmd.Err()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			notRun(args[i])
 			replies[i], err = s.Ints(ctx, c, args[i])
 		} else {
 			replies[i] = cmd.Val()
