@@ -3,15 +3,13 @@
 --
 -- KEYS[1]      the shard's meta hash (see common.lua)
 -- KEYS[1+j]    the bitmap of layer j, j = 1..L
--- KEYS[2+L]    this call's own reply key (a random name on the shard's tag)
 -- ARGV[1]      the filter's parameter string
 -- ARGV[2]      L, the number of layers the caller sent positions for
 -- ARGV[3]      1 if the filter is scalable (grows a layer when the last is full)
--- ARGV[4]      how long to keep the reply, in milliseconds
--- ARGV[4+j]    k_j, layer j's number of bit positions per item
--- ARGV[4+L+j]  layer j's capacity (items), for the scalable check
--- ARGV[5+2L]   n, the number of items
--- ARGV[6+2L..] per item, per layer j, its k_j bit positions
+-- ARGV[3+j]    k_j, layer j's number of bit positions per item
+-- ARGV[3+L+j]  layer j's capacity (items), for the scalable check
+-- ARGV[4+2L]   n, the number of items
+-- ARGV[5+2L..] per item, per layer j, its k_j bit positions
 --
 -- Reply, integers:
 --   {0, layers, new_1, ..., new_n}  done
@@ -20,62 +18,24 @@
 --   {3, layers, new_1, ..., new_i}  items 1..i done, then the last layer was
 --                                   full: send the rest with one more layer
 --
--- go-redis sends a call again when its reply is lost, and the second run
--- finds the items present (or, if the shard grew in between, answers
--- {2}). So a reply with a new item is kept in KEYS[2+L], and a run that
--- adds nothing returns the reply kept there by an earlier run of the same
--- call, if any. A reply with no new item needs no keeping, since bits are
--- never cleared: each item it answered has all its bits in some layer,
--- which a second run finds (an older layer, or a full last one) or sets
--- again, so it answers 0 again and grows nothing; it stops with {3} at
--- the same item, or, if the shard changed, gives a reply as true as the
--- first. The caller sends a new KEYS[2+L] with every call, so the calls
--- it sends again on purpose (after {2} or {3}) are never answered from it.
+-- A second run of a call (go-redis resends a command whose reply was
+-- lost) finds the items the first added: in an older layer, or in the
+-- last one with nothing left to set. It answers them not new, and grows
+-- nothing for them. The caller knows when its command was written twice
+-- (script.SendCount) and reports those answers as unknown; keeping each
+-- reply in Redis for a resend to find would cost a key per call.
 
 local sent = tonumber(ARGV[2])
 local scalable = ARGV[3] == '1'
-local kept = KEYS[2 + sent]
-
--- replay returns the reply kept by an earlier run of this call, or reply
--- if there is none. It restarts the kept reply's expiry, for a further
--- resend should this reply be lost too. (GETEX would do both, but costs
--- more than GET on the common path: no reply kept.)
-local function replay(reply)
-  local v = redis.call('GET', kept)
-  if not v then
-    return reply
-  end
-  redis.call('PEXPIRE', kept, ARGV[4])
-  local status, grown, flags = string.match(v, '^(%d+) (%d+) (%d*)$')
-  local r = {tonumber(status), tonumber(grown)}
-  for i = 1, #flags do
-    r[2 + i] = string.byte(flags, i) - 48
-  end
-  return r
-end
-
-local fresh = false
-
--- finish keeps a reply with a new item, and looks up any other.
-local function finish(reply)
-  if not fresh then
-    return replay(reply)
-  end
-  redis.call('SET', kept, reply[1] .. ' ' .. reply[2] .. ' ' .. table.concat(reply, '', 3), 'PX', ARGV[4])
-  return reply
-end
 
 local layers, count = shard(true, scalable)
 if not layers then
-  if count[1] == 2 then
-    return replay(count) -- the first run may have been before the growth
-  end
   return count -- not a count: the reply that ends the script (see shard)
 end
 -- An item's positions are ARGV[at + base[j] .. at + base[j] + k[j] - 1].
-local k, base, stride = geometry(sent, 4)
-local n = tonumber(ARGV[5 + 2 * sent])
-local first = 6 + 2 * sent
+local k, base, stride = geometry(sent, 3)
+local n = tonumber(ARGV[4 + 2 * sent])
+local first = 5 + 2 * sent
 
 local function contains(j, at)
   local key = KEYS[1 + j]
@@ -106,7 +66,7 @@ for i = 0, n - 1 do
   end
   -- A full last layer takes no more items: an item already in it is not
   -- new; any other goes to a new, larger layer with a tighter error.
-  if not found and scalable and count >= tonumber(ARGV[4 + sent + layers]) then
+  if not found and scalable and count >= tonumber(ARGV[3 + sent + layers]) then
     if contains(layers, at) then
       found = true
     elseif layers < sent then
@@ -114,7 +74,7 @@ for i = 0, n - 1 do
     else
       save()
       reply[1], reply[2] = 3, layers
-      return finish(reply)
+      return reply
     end
   end
   local new = 0
@@ -126,10 +86,9 @@ for i = 0, n - 1 do
       end
     end
     count = count + new
-    fresh = fresh or new == 1
   end
   reply[#reply + 1] = new
 end
 save()
 reply[2] = layers
-return finish(reply)
+return reply

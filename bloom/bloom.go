@@ -2,8 +2,6 @@ package bloom
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -11,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -44,7 +41,8 @@ var (
 type Filter struct {
 	rdb      RedisClient
 	params   Params
-	paramStr any // Params.String(), boxed once for every call's arguments
+	paramStr any    // Params.String(), boxed once for every call's arguments
+	paramRaw []byte // Params.String(), for the SendCount of every add call
 	scalable bool
 	layers   []layer // the layers each shard has or may grow
 	shards   []shard
@@ -57,9 +55,6 @@ type Filter struct {
 type shard struct {
 	// keys holds the meta hash, then the bitmap of each layer, boxed once.
 	keys []any
-	// replyPrefix starts the keys under which add scripts keep their
-	// replies (see replyKey).
-	replyPrefix string
 	// known is how many layers the Filter believes the shard has; a
 	// script that finds more says so and the call is repeated.
 	known atomic.Int32
@@ -88,36 +83,6 @@ const (
 	maxInFlight = 4
 	maxBatch    = 64
 )
-
-// replyTTL is how long an add script keeps its reply for go-redis to
-// fetch by sending the call again after losing the reply (see replyKey).
-// With go-redis's defaults a resend follows the run it repeats by at most
-// the rest of the lost read (ReadTimeout, 5 s), a backoff (under 100 ms
-// for MaxRetries 3) and a connection (at once, or up to PoolTimeout, 6 s,
-// when every pooled one is busy): about 5 s, 11 s in a starved pool.
-// Each resend that finds the reply keeps it replyTTL more, for the next.
-// Thirty seconds leave room for a loaded server and raised timeouts;
-// longer would only hold more keys, one per call that added an item.
-const replyTTL = 30 * time.Second
-
-// replyTTLArg is replyTTL in milliseconds, boxed once for the scripts.
-var replyTTLArg any = replyTTL.Milliseconds()
-
-// replyKey returns a key, on the shard's hash tag, under which one add
-// script call keeps its reply: the reply of a call that added an item is
-// lost with the connection, go-redis sends the same call again, and the
-// second run, which finds every item present, answers with the first
-// run's reply instead. 128 random bits make the key the call's own, so
-// neither other calls that land in between nor the calls this package
-// sends again on purpose (with more layers, or for the rest of a batch)
-// can be answered with it.
-func (sh *shard) replyKey() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	var h [32]byte
-	hex.Encode(h[:], b[:])
-	return sh.replyPrefix + string(h[:])
-}
 
 // New returns a fixed-size filter named name, sized to hold capacity
 // items at the false-positive rate rate: m = -capacity·ln(rate)/(ln 2)^2
@@ -170,6 +135,7 @@ func newFilter(rdb RedisClient, name string, capacity int64, rate float64, scala
 		rdb:      rdb,
 		params:   params,
 		paramStr: params.String(),
+		paramRaw: []byte(params.String()),
 		scalable: scalable,
 		layers:   layers,
 		shards:   make([]shard, params.Shards),
@@ -185,7 +151,6 @@ func newFilter(rdb RedisClient, name string, capacity int64, rate float64, scala
 		}
 		sh := &f.shards[i]
 		sh.keys = keys
-		sh.replyPrefix = tag + ":r:"
 		sh.known.Store(1)
 		sh.adds.MaxInFlight, sh.adds.MaxBatch, sh.adds.Detach = maxInFlight, maxBatch, true
 		sh.lookups.MaxInFlight, sh.lookups.MaxBatch = maxInFlight, maxBatch
@@ -240,10 +205,12 @@ func (f *Filter) ready(ctx context.Context) error {
 // Add adds item to the filter and reports whether it was new: whether it
 // set at least one bit that was clear. The test and the set are one
 // script, so of two concurrent Adds of an item not yet in the filter,
-// exactly one reports true, also when go-redis sends the script again
-// after losing its reply (see the package doc). A false result means the
-// item was present or is a false positive (it collides with items added
-// before).
+// exactly one reports true. A false result means the item was present or
+// is a false positive (it collides with items added before). If go-redis
+// sent the call again after losing its reply and the second run found
+// the item present, Add returns false and an error wrapping ErrResent:
+// the item is in the filter, and the first run may have added it (see
+// the package doc).
 //
 // Concurrent Adds (and concurrent Exists calls) of one Filter coalesce:
 // while four script calls for a shard are in flight, the calls that arrive
@@ -260,9 +227,11 @@ func (f *Filter) Add(ctx context.Context, item string) (bool, error) {
 // A filter with one shard takes the whole batch in one script call; a
 // sharded one sends one call per shard involved, all in one pipeline.
 // Each call is atomic on its own shard; a batch as a whole is not. If the
-// calls of some shards fail and others' do not, or a scalable filter
-// fills up part way (ErrFull), AddMany returns the answers it has with a
-// *BatchError naming the items left without one.
+// calls of some shards fail and others' do not, a scalable filter fills
+// up part way (ErrFull), or a call sent again after a lost reply found
+// some of its items present (ErrResent), AddMany returns the answers it
+// has with a *BatchError naming the items left without one (or, if no
+// item has one, the error alone).
 func (f *Filter) AddMany(ctx context.Context, items []string) ([]bool, error) {
 	if len(items) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)
@@ -292,19 +261,23 @@ func (f *Filter) one(ctx context.Context, add bool, item string) (bool, error) {
 	}
 	a, err := b.Do(ctx, item, func(ctx context.Context, items []string) ([]answer, error) {
 		out := make([]bool, len(items))
-		err := f.run(ctx, add, []group{{shard: s, items: items}}, out)
-		var full *fullError
-		if err != nil && !errors.As(err, &full) {
+		var fails failures
+		if err := f.run(ctx, add, []group{{shard: s, items: items}}, out, &fails); err != nil {
 			return nil, err
+		}
+		if fails.first != nil {
+			// The shard's call failed: every item is without an answer,
+			// or all but those of a first call that filled a layer.
+			return nil, fails.err()
 		}
 		res := make([]answer, len(items))
 		for i, found := range out {
 			res[i].found = found
 		}
-		if full != nil {
-			for _, i := range full.left {
-				res[i] = answer{err: full}
-			}
+		// A full filter that left items out, or a resent add whose
+		// answers are not sure: each caller gets its own item's error.
+		for n, i := range fails.unknown {
+			res[i] = answer{err: fails.why[n]}
 		}
 		return res, nil
 	})
@@ -335,6 +308,20 @@ type group struct {
 	items []string
 	at    []int // each item's index in the caller's batch; nil: from, from+1, ...
 	from  int   // without at, the index of items[0] (items left after a layer filled)
+	// sends counts the writes of the group's latest add command; resent
+	// is set once any of its add commands was written twice, for the
+	// rest of the call: a run whose reply was lost may have added any of
+	// its items, which every later run of the call finds present.
+	sends  *script.SendCount
+	resent bool
+}
+
+// index returns the batch index of the group's item i.
+func (g *group) index(i int) int {
+	if g.at != nil {
+		return g.at[i]
+	}
+	return g.from + i
 }
 
 // maxRounds bounds the calls one group may take: one per layer a shard
@@ -346,22 +333,27 @@ func (f *Filter) do(ctx context.Context, add bool, items []string, out []bool) e
 	if err := f.ready(ctx); err != nil {
 		return err
 	}
-	return f.run(ctx, add, f.split(items), out)
+	var fails failures
+	if err := f.run(ctx, add, f.split(items), out, &fails); err != nil {
+		return err
+	}
+	return fails.err()
 }
 
 // run runs add or exists for each group's items, one script call per
-// group, and writes each item's answer to out. Groups whose call fails
-// leave their items unanswered (see failures).
-func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) error {
+// group, and writes each item's answer to out. Items left without a sure
+// answer (a failed call, a full filter, a resent add) go to fails; the
+// error is one that ends the whole call (ErrMismatch, a reply it cannot
+// read).
+func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool, fails *failures) error {
+	fails.count(groups)
 	if !f.scalable {
-		return f.doFixed(ctx, add, groups, out)
+		return f.doFixed(ctx, add, groups, out, fails)
 	}
 	s := existsScript
 	if add {
 		s = addScript
 	}
-	var fails failures
-	fails.count(groups)
 	for round := 0; len(groups) > 0; round++ {
 		if round == maxRounds {
 			return errors.New("bloom: the filter's layers kept changing during the call")
@@ -378,7 +370,7 @@ func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) 
 				fails.add(&g, errs[i])
 				continue
 			}
-			more, err := f.settle(ctx, &g, r, out)
+			more, err := f.settle(ctx, &g, r, out, fails)
 			var full *fullError
 			switch {
 			case errors.As(err, &full):
@@ -394,13 +386,13 @@ func (f *Filter) run(ctx context.Context, add bool, groups []group, out []bool) 
 		}
 		groups = pending
 	}
-	return fails.err()
+	return nil
 }
 
-// doFixed is do for a fixed-size filter: one layer, so no layer counts
+// doFixed is run for a fixed-size filter: one layer, so no layer counts
 // to follow, and scripts that do nothing but check the parameters and
 // read or set bits.
-func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bool) error {
+func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bool, fails *failures) error {
 	s := existsFixedScript
 	if add {
 		s = addFixedScript
@@ -409,8 +401,6 @@ func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bo
 	for i := range groups {
 		args[i] = f.fixedArgs(s, add, &groups[i])
 	}
-	var fails failures
-	fails.count(groups)
 	replies, errs := s.IntsEach(ctx, f.rdb, args)
 	for i, r := range replies {
 		g := &groups[i]
@@ -424,25 +414,31 @@ func (f *Filter) doFixed(ctx context.Context, add bool, groups []group, out []bo
 		if len(r) != len(g.items) {
 			return fmt.Errorf("bloom: %d answers for %d items", len(r), len(g.items))
 		}
+		resent := g.sends != nil && g.sends.Resent()
 		for j, v := range r {
-			if g.at != nil {
-				out[g.at[j]] = v == 1
-			} else {
-				out[j] = v == 1
+			out[g.index(j)] = v == 1
+			if v == 0 && resent {
+				fails.unsure(g.index(j))
 			}
 		}
 	}
-	return fails.err()
+	return nil
 }
 
-// failures gathers the items of the groups whose script call failed, or
-// that a full scalable filter could not take.
+// failures gathers the items of a call left without a sure answer: those
+// of the groups whose script call failed, those a full scalable filter
+// could not take, and those a resent add found present.
 type failures struct {
-	items   int   // items in the call
-	unknown []int // batch indexes of the items without an answer
-	first   error
+	items   int        // items in the call
+	unknown []int      // batch indexes of the items without a sure answer
+	why     []error    // why[i] is unknown[i]'s reason
+	first   error      // the first failed call's error
 	full    *fullError // the first group a full filter refused, if any
+	resent  bool
 }
+
+// errResent is ErrResent as one item's error.
+var errResent = fmt.Errorf("bloom: %w", ErrResent)
 
 // count records how many items the call's groups hold.
 func (fs *failures) count(groups []group) {
@@ -456,12 +452,10 @@ func (fs *failures) add(g *group, err error) {
 	if fs.first == nil {
 		fs.first = err
 	}
-	if g.at != nil {
-		fs.unknown = append(fs.unknown, g.at...)
-		return
-	}
+	err = fmt.Errorf("bloom: %w", err)
 	for i := range g.items {
-		fs.unknown = append(fs.unknown, g.from+i)
+		fs.unknown = append(fs.unknown, g.index(i))
+		fs.why = append(fs.why, err)
 	}
 }
 
@@ -470,29 +464,51 @@ func (fs *failures) addFull(full *fullError) {
 	if fs.full == nil {
 		fs.full = full
 	}
-	fs.unknown = append(fs.unknown, full.left...)
+	for _, i := range full.left {
+		fs.unknown = append(fs.unknown, i)
+		fs.why = append(fs.why, full)
+	}
 }
 
-// err is nil if every item has its answer. Otherwise: the first failure
-// if no item has one (as for a filter of one shard whose call failed);
-// else a *BatchError naming the items left without one, wrapping the
-// first failure, or the *fullError (ErrFull) if only a full filter left
-// items out.
+// unsure records that a resent add answered item i not new, which its
+// lost first run may have made it.
+func (fs *failures) unsure(i int) {
+	fs.resent = true
+	fs.unknown = append(fs.unknown, i)
+	fs.why = append(fs.why, errResent)
+}
+
+// err is nil if every item has its sure answer. Otherwise the error is,
+// if no item has one, the reason itself (as for a filter of one shard
+// whose call failed); else a *BatchError naming the items without one.
+// The reason is the first failed call's error or, if none failed, the
+// *fullError (ErrFull) of a full filter; joined with ErrResent if a
+// resent add left items unsure.
 func (fs *failures) err() error {
-	first := fs.first
-	if first != nil {
-		first = fmt.Errorf("bloom: %w", first)
+	var reasons []error
+	if fs.first != nil {
+		reasons = append(reasons, fmt.Errorf("bloom: %w", fs.first))
 	} else if fs.full != nil {
-		first = fs.full
+		reasons = append(reasons, fs.full)
 	}
-	switch {
-	case first == nil:
+	if fs.resent {
+		reasons = append(reasons, errResent)
+	}
+	var reason error
+	switch len(reasons) {
+	case 0:
 		return nil
-	case len(fs.unknown) == fs.items:
-		return first
+	case 1:
+		reason = reasons[0]
+	default:
+		reason = errors.Join(reasons...)
 	}
-	slices.Sort(fs.unknown)
-	return &BatchError{Unknown: fs.unknown, Err: first}
+	if len(fs.unknown) == fs.items {
+		return reason
+	}
+	unknown := slices.Clone(fs.unknown)
+	slices.Sort(unknown)
+	return &BatchError{Unknown: unknown, Err: reason}
 }
 
 // fixedArgs builds the call of add_fixed or exists_fixed for g.
@@ -501,8 +517,9 @@ func (f *Filter) fixedArgs(s *script.Script, add bool, g *group) []any {
 	sh := &f.shards[g.shard]
 	var a []any
 	if add {
-		a = s.Args(3, 6+len(g.items)*l.hashes)
-		a = append(a, sh.keys[0], sh.keys[1], sh.replyKey(), f.paramStr, l.hashes, replyTTLArg)
+		g.sends = script.NewSendCount(f.paramRaw)
+		a = s.Args(2, 4+len(g.items)*l.hashes)
+		a = append(a, sh.keys[0], sh.keys[1], g.sends, l.hashes)
 	} else {
 		a = s.ArgsRO(2, 4+len(g.items)*l.hashes)
 		a = append(a, sh.keys[0], sh.keys[1], f.paramStr, l.hashes)
@@ -553,14 +570,14 @@ func (f *Filter) args(add bool, g *group) []any {
 	}
 	var a []any
 	if add {
-		a = addScript.Args(2+known, 7+3*known+len(g.items)*stride)
+		g.sends = script.NewSendCount(f.paramRaw)
+		a = addScript.Args(1+known, 5+3*known+len(g.items)*stride)
 		a = append(a, sh.keys[:1+known]...)
-		a = append(a, sh.replyKey())
 		scalable := "0"
 		if f.scalable {
 			scalable = "1"
 		}
-		a = append(a, f.paramStr, known, scalable, replyTTLArg)
+		a = append(a, g.sends, known, scalable)
 		for _, l := range layers {
 			a = append(a, l.hashes)
 		}
@@ -589,11 +606,13 @@ func (f *Filter) args(add bool, g *group) []any {
 }
 
 // settle reads the reply r to g's call into out, and reports whether part
-// of g must be sent again (g then holds that part).
-func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (more bool, err error) {
+// of g must be sent again (g then holds that part). An answer "not new"
+// from a resent add goes to fails as unsure.
+func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool, fails *failures) (more bool, err error) {
 	if len(r) == 0 {
 		return false, errors.New("bloom: empty reply from script")
 	}
+	g.resent = g.resent || (g.sends != nil && g.sends.Resent())
 	sh := &f.shards[g.shard]
 	switch r[0] {
 	case 0, 3:
@@ -605,11 +624,10 @@ func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (m
 			return false, fmt.Errorf("bloom: %d answers for %d items", len(done), len(g.items))
 		}
 		for i, v := range done {
-			j := g.from + i
-			if g.at != nil {
-				j = g.at[i]
+			out[g.index(i)] = v == 1
+			if v == 0 && g.resent {
+				fails.unsure(g.index(i))
 			}
-			out[j] = v == 1
 		}
 		if r[0] == 0 {
 			sh.observe(r)
@@ -620,11 +638,7 @@ func (f *Filter) settle(ctx context.Context, g *group, r []int64, out []bool) (m
 		if next > len(f.layers) {
 			full := &fullError{shard: g.shard, layers: r[1], left: make([]int, len(g.items)-len(done))}
 			for i := range full.left {
-				if g.at != nil {
-					full.left[i] = g.at[len(done)+i]
-				} else {
-					full.left[i] = g.from + len(done) + i
-				}
+				full.left[i] = g.index(len(done) + i)
 			}
 			return false, full
 		}

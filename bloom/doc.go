@@ -66,17 +66,12 @@
 //	                        newest layer)
 //	prefix{name:i}:bits:j   string: the bitmap of layer j (a fixed filter
 //	                        has only layer 0)
-//	prefix{name:i}:r:<id>   string: the reply of one Add script call that
-//	                        added an item, for 30 s (see Guarantees); <id>
-//	                        is 128 random bits, new for every call
+//
+// and nothing else: no call leaves a key of its own behind.
 //
 // Every call is one Lua script per shard it touches: Add sets an item's k
 // bits with SETBIT and Exists reads them with GETBIT, stopping at the
-// first clear one, so an absent item costs about two reads. An Add script
-// call runs one command more, shared by the items it carries: when it
-// added an item it keeps its reply (a SET of a key of about 170 bytes
-// that lives 30 s), otherwise it looks for one (a GET); see Guarantees.
-// The scripts use no BITFIELD and no Lua bit library, so they run
+// first clear one, so an absent item costs about two reads. The scripts use no BITFIELD and no Lua bit library, so they run
 // unchanged on Redis 7 and on miniredis. AddMany and ExistsMany send a
 // whole batch in one call per shard, all shards in one pipeline.
 //
@@ -130,24 +125,24 @@
 //     keeps the keys (see below).
 //   - Add's "new" is atomic: the test and the set are one script, so of
 //     concurrent Adds of an item not yet present, exactly one reports
-//     true. It is the basis of "first time we see this id" logic, with
+//     true, or ErrResent if its reply was lost (below). It is the basis of "first time we see this id" logic, with
 //     the filter's rate as the chance of a wrong false.
-//   - A lost reply does not lose the true. go-redis sends a command again
-//     when its reply is lost (a broken connection, a read timeout; up to
-//     MaxRetries times), and a pipeline as a whole, and the second run
-//     finds the items the first added. So each Add script call (one per
-//     shard, for all the items of a coalesced batch or an AddMany) carries
-//     a random id: a run that added an item keeps its reply under it, and
-//     a run that added nothing returns the kept reply if there is one, so
-//     every caller gets the first run's answers, whatever other calls (or
-//     a new layer) landed in between. A run that added nothing keeps
-//     nothing: bits are never cleared, so a second run answers the same.
-//     A reply is kept 30 s, and 30 s more each time a resend finds it;
-//     with its default timeouts go-redis resends within about 5 s (11 s
-//     when every pooled connection is busy). A resend later than that
-//     finds the items present and reports them not new; one after Drop
-//     adds them to the new, empty filter.
-//   - A true can still be lost where nothing is resent: an Add whose
+//   - A lost reply never turns into a wrong answer. go-redis sends a
+//     command again when its reply is lost (a broken connection, a read
+//     timeout; up to MaxRetries times), and a pipeline as a whole, and a
+//     second run finds the items the first added. Each Add script call
+//     (one per shard, for all the items of a coalesced batch or an
+//     AddMany) counts how often go-redis wrote it (one of its arguments
+//     counts its own encoding). An item that a call written more than
+//     once answers "not new" gets ErrResent instead of false: it is in
+//     the filter, and whether it was new is unknown. An item it answers
+//     new was new. A cluster's redirection (MOVED, ASK) is also a second
+//     write, so during a resharding some answers may be ErrResent that a
+//     plain false would have got right. The alternative, keeping each
+//     call's reply in Redis for a resend to find, costs a key of about
+//     170 bytes per call for as long as a resend may come (some 30 s):
+//     150 MB at 30,000 calls a second, for a filter of a few MB.
+//   - A true can also be lost where nothing is resent: an Add whose
 //     context ends while its call is in flight returns an error, though
 //     the call may have set the bits (Add the item again to be sure: it
 //     then reports false). Only its own: when the Add that sent a

@@ -64,7 +64,13 @@ func ExampleFilter_Add() {
 	ctx := context.Background()
 	for _, article := range []string{"a1", "a2", "a1"} {
 		isNew, err := shown.Add(ctx, article)
-		if err != nil {
+		switch {
+		case errors.Is(err, bloom.ErrResent):
+			// The reply was lost and go-redis sent the call again, which
+			// found the article recorded, maybe by its own first run.
+			// Here showing an article twice beats never showing it.
+			isNew = true
+		case err != nil:
 			panic(err)
 		}
 		fmt.Println(article, "new:", isNew)

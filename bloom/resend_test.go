@@ -2,22 +2,105 @@ package bloom
 
 import (
 	"context"
+	"encoding"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/surgekit/surge/internal/redistest"
 )
 
-// wantNew checks AddMany's answers: new for the items of fresh, not new
-// for the others, and every item present afterwards.
-func wantNew(t *testing.T, f *Filter, all []string, got []bool, fresh func(item string) bool) {
-	t.Helper()
-	for i, isNew := range got {
-		if want := fresh(all[i]); isNew != want {
-			t.Fatalf("%q: new = %v, want %v (all answers: %v)", all[i], isNew, want, got)
+// twice is a hook that writes the script commands it meets twice, as
+// go-redis does after a lost reply, in one of two ways. With lost set,
+// the first write never reaches Redis: the hook reads the arguments as a
+// write does (encoding.BinaryMarshaler) and drops them. Otherwise the
+// first write runs, then between (if set), then the second. A pipeline
+// with a matched command is written twice as a whole.
+type twice struct {
+	sha     string
+	lost    bool
+	between func()
+	minArgs int // match only commands with at least this many arguments
+
+	mu    sync.Mutex
+	times int // commands (or pipelines) still to affect
+}
+
+// arm makes the next n matched commands go twice.
+func (h *twice) arm(n int) {
+	h.mu.Lock()
+	h.times = n
+	h.mu.Unlock()
+}
+
+func (h *twice) take(cmds []redis.Cmder) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.times == 0 || !slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
+		args := c.Args()
+		return len(args) > 1 && args[0] == "evalsha" && args[1] == h.sha && len(args) >= h.minArgs
+	}) {
+		return false
+	}
+	h.times--
+	return true
+}
+
+// first is the first of the two writes.
+func (h *twice) first(run func() error) {
+	if !h.lost {
+		_ = run()
+		if h.between != nil {
+			h.between()
 		}
 	}
+}
+
+func (h *twice) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *twice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.take([]redis.Cmder{cmd}) {
+			h.first(func() error { return next(ctx, cmd) })
+			if h.lost {
+				write(cmd)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *twice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.take(cmds) {
+			h.first(func() error { return next(ctx, cmds) })
+			if h.lost {
+				for _, cmd := range cmds {
+					write(cmd)
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// write reads cmd's arguments as go-redis's writer does.
+func write(cmd redis.Cmder) {
+	for _, a := range cmd.Args() {
+		if m, ok := a.(encoding.BinaryMarshaler); ok {
+			_, _ = m.MarshalBinary()
+		}
+	}
+}
+
+// mustExist fails unless every item is found.
+func mustExist(t *testing.T, f *Filter, all []string) {
+	t.Helper()
 	found, err := f.ExistsMany(context.Background(), all)
 	if err != nil {
 		t.Fatal(err)
@@ -29,60 +112,251 @@ func wantNew(t *testing.T, f *Filter, all []string, got []bool, fresh func(item 
 	}
 }
 
+// filters returns a fixed and a scalable filter, each with one shard and
+// with four, on rdb, the scripts loaded on every node: a resend that met
+// NOSCRIPT would be an EVALSHA that ran nothing.
+func filters(t *testing.T, rdb redis.UniversalClient) []struct {
+	name string
+	f    *Filter
+} {
+	t.Helper()
+	all := []struct {
+		name string
+		f    *Filter
+	}{
+		{"fixed", mustNew(t, rdb, redistest.Key(t), 1000, 0.001)},
+		{"fixed, 4 shards", mustNew(t, rdb, redistest.Key(t), 1000, 0.001, WithShards(4))},
+		{"scalable", mustScalable(t, rdb, redistest.Key(t), 1000, 0.001)},
+		{"scalable, 4 shards", mustScalable(t, rdb, redistest.Key(t), 1000, 0.001, WithShards(4))},
+	}
+	for _, c := range all {
+		if _, err := c.f.AddMany(context.Background(), append(items("warm", 40), "old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return all
+}
+
 // go-redis sends a script call again when its reply is lost, and a
-// pipeline as a whole: the second run finds the items the first added.
-func TestAnAddSentTwiceStillReportsItsItemsNew(t *testing.T) {
+// pipeline as a whole: the second run finds the items the first added,
+// and the caller is told it cannot know whether they were new.
+func TestAnAddSentTwiceSaysItCannotTellNew(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		faults := redistest.NewFaults()
 		rdb := b.Client(t, faults)
-		for _, c := range []struct {
-			name string
-			f    *Filter
-			sha  string
-		}{
-			{"fixed", mustNew(t, rdb, redistest.Key(t), 1000, 0.001), addFixedScript.Hash()},
-			{"fixed, 4 shards", mustNew(t, rdb, redistest.Key(t), 1000, 0.001, WithShards(4)), addFixedScript.Hash()},
-			{"scalable", mustScalable(t, rdb, redistest.Key(t), 1000, 0.001), addScript.Hash()},
-			{"scalable, 4 shards", mustScalable(t, rdb, redistest.Key(t), 1000, 0.001, WithShards(4)), addScript.Hash()},
-		} {
+		for _, c := range filters(t, rdb) {
 			t.Run(c.name, func(t *testing.T) {
-				// Every shard's node has the script: a call that meets
-				// NOSCRIPT did not run, and is sent again as EVAL.
-				if _, err := c.f.AddMany(ctx, append(items("warm", 40), "old")); err != nil {
-					t.Fatal(err)
+				sha := addFixedScript.Hash()
+				if c.f.scalable {
+					sha = addScript.Hash()
 				}
-				resend := faults.On(redistest.Script(c.sha)).Resend().Times(1)
-				if isNew, err := c.f.Add(ctx, "one"); err != nil || !isNew {
-					t.Fatalf("Add sent twice: %v %v, want new", isNew, err)
+				resend := faults.On(redistest.Script(sha)).Resend().Times(1)
+				if isNew, err := c.f.Add(ctx, "one"); isNew || !errors.Is(err, ErrResent) {
+					t.Fatalf("Add sent twice: %v %v, want false and ErrResent", isNew, err)
 				}
 				if n := resend.Hits(); n != 1 {
 					t.Fatalf("the rule saw %d calls, want 1", n)
 				}
+				mustExist(t, c.f, []string{"one"})
 				if isNew, err := c.f.Add(ctx, "one"); err != nil || isNew {
-					t.Fatalf("Add(one) again: %v %v, want not new", isNew, err)
+					t.Fatalf("Add(one) again, sent once: %v %v, want not new", isNew, err)
 				}
 				// A batch over every shard, one old item in it: with
-				// several shards, one pipeline, sent twice as a whole.
+				// several shards, one pipeline, sent twice as a whole. No
+				// item has a sure answer, so the error is ErrResent itself.
 				all := append(items("many", 12), "old")
 				resend.Times(1)
 				got, err := c.f.AddMany(ctx, all)
-				if err != nil {
-					t.Fatal(err)
+				var be *BatchError
+				if !errors.Is(err, ErrResent) || errors.As(err, &be) || slices.Contains(got, true) {
+					t.Fatalf("AddMany sent twice: %v %v, want no item new and ErrResent alone", got, err)
 				}
-				wantNew(t, c.f, all, got, func(item string) bool { return item != "old" })
+				mustExist(t, c.f, all)
 			})
 		}
 	})
 }
 
+// A write that never reached Redis, then a second that ran: the items the
+// run added are new, sure; only those it found present are unknown.
+func TestAnAddWrittenTwiceThatRanOnceTellsNewFromUnknown(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		lost := &twice{lost: true}
+		rdb := b.Client(t, lost)
+		for _, c := range filters(t, rdb) {
+			t.Run(c.name, func(t *testing.T) {
+				lost.sha = addFixedScript.Hash()
+				if c.f.scalable {
+					lost.sha = addScript.Hash()
+				}
+				lost.arm(1)
+				if isNew, err := c.f.Add(ctx, "one"); err != nil || !isNew {
+					t.Fatalf("Add of a new item written twice: %v %v, want new", isNew, err)
+				}
+				lost.arm(1)
+				if isNew, err := c.f.Add(ctx, "old"); isNew || !errors.Is(err, ErrResent) {
+					t.Fatalf("Add of an old item written twice: %v %v, want false and ErrResent", isNew, err)
+				}
+				all := append(items("many", 12), "old", "one")
+				lost.arm(1)
+				got, err := c.f.AddMany(ctx, all)
+				var be *BatchError
+				if !errors.As(err, &be) || !errors.Is(err, ErrResent) || errors.Is(err, ErrFull) {
+					t.Fatalf("AddMany written twice: %v, want a *BatchError of ErrResent", err)
+				}
+				if want := []int{12, 13}; !slices.Equal(be.Unknown, want) {
+					t.Fatalf("Unknown = %v, want %v (the old items)", be.Unknown, want)
+				}
+				for i, isNew := range got {
+					if want := i < 12; isNew != want {
+						t.Fatalf("%q: new = %v, want %v", all[i], isNew, want)
+					}
+				}
+				mustExist(t, c.f, all)
+			})
+		}
+	})
+}
+
+// Other calls land between a lost run and its resend; a scalable shard
+// may even grow, so that the resend finds more layers than it was sent
+// for and is sent once more with them. The answers of every later run of
+// the call stay unsure.
+func TestAnAddResentAfterOtherCallsLandedStillCannotTellNew(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		resend := &twice{}
+		rdb := b.Client(t, resend)
+		for _, c := range []struct {
+			name     string
+			scalable bool
+		}{{"fixed", false}, {"scalable", true}} {
+			t.Run(c.name, func(t *testing.T) {
+				// Two Filters on one filter, as in two processes: this one
+				// does not know of the layers the other's calls add.
+				name := redistest.Key(t)
+				f, other := mustNew(t, rdb, name, 1000, 0.001), mustNew(t, rdb, name, 1000, 0.001)
+				resend.sha = addFixedScript.Hash()
+				if c.scalable {
+					f, other = mustScalable(t, rdb, name, 4, 0.01), mustScalable(t, rdb, name, 4, 0.01)
+					resend.sha = addScript.Hash()
+				}
+				if _, err := f.Add(ctx, "old"); err != nil {
+					t.Fatal(err)
+				}
+				resend.between = func() {
+					if _, err := other.AddMany(ctx, items("between", 40)); err != nil {
+						t.Error(err)
+					}
+				}
+				resend.arm(1)
+				all := []string{"a", "old", "b"}
+				got, err := f.AddMany(ctx, all)
+				if !errors.Is(err, ErrResent) || slices.Contains(got, true) {
+					t.Fatalf("AddMany resent: %v %v, want no item new and ErrResent", got, err)
+				}
+				if f.scalable && f.shards[0].known.Load() < 2 {
+					t.Fatal("the shard did not grow between the two runs")
+				}
+				mustExist(t, f, all)
+				// Sent once, a call for the same items finds them present.
+				again, err := f.AddMany(ctx, all)
+				if err != nil || slices.Contains(again, true) {
+					t.Fatalf("AddMany of the items again: %v %v, want none new", again, err)
+				}
+				// Nothing was kept for a resend to find: the shard has its
+				// meta hash and its bitmaps, no other key.
+				if keys := shardKeys(t, rdb, f, 0); len(keys) != 1+int(f.shards[0].known.Load()) {
+					t.Fatalf("the shard's keys: %v, want the meta hash and one bitmap per layer", keys)
+				}
+			})
+		}
+	})
+}
+
+// shardKeys lists the keys on shard i's hash tag.
+func shardKeys(t *testing.T, rdb redis.UniversalClient, f *Filter, i int) []string {
+	t.Helper()
+	ctx := context.Background()
+	meta := f.shards[i].keys[0].(string)
+	tag := meta[strings.Index(meta, "{") : strings.Index(meta, "}")+1]
+	node := redis.UniversalClient(rdb)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node = n
+	}
+	var keys []string
+	iter := node.Scan(ctx, 0, "*"+escape(tag)+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// escape quotes the glob characters of s for a SCAN pattern.
+func escape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// A scalable batch that fills layers goes in several calls, the rest sent
+// again with one more layer. When the first call was written twice, an
+// item it left for a later call and that call finds present is unsure
+// too; the items the calls set bits for are new.
+func TestABatchThatFillsLayersAfterAResendKeepsItsAnswersUnsure(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		lost := &twice{lost: true, sha: addScript.Hash()}
+		f := mustScalable(t, b.Client(t, lost), redistest.Key(t), 10, 1e-6)
+		if _, err := f.Add(ctx, "warm"); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		lost.arm(1) // the first call only
+		all := append(items("fill", 60), "fill-0")
+		got, err := f.AddMany(ctx, all)
+		var be *BatchError
+		if !errors.As(err, &be) || !errors.Is(err, ErrResent) {
+			t.Fatalf("AddMany: %v, want a *BatchError of ErrResent", err)
+		}
+		if n := f.shards[0].known.Load(); n < 3 {
+			t.Fatalf("%d layers after 60 items in layers of 10, 20, ...: the batch did not fill two", n)
+		}
+		// fill-0 again, last, is answered by a later call than the one
+		// written twice, and still unsure.
+		if want := []int{60}; !slices.Equal(be.Unknown, want) {
+			t.Fatalf("Unknown = %v, want %v", be.Unknown, want)
+		}
+		for i, isNew := range got[:60] {
+			if !isNew {
+				t.Fatalf("%q: not new", all[i])
+			}
+		}
+		mustExist(t, f, all)
+	})
+}
+
 // The callers of a coalesced Add share one script call, and so one lost
-// reply: each must still be told its own item was new.
-func TestAddsCoalescedInACallSentTwiceAreEachNew(t *testing.T) {
+// reply: each is told its own answer, new for sure or unknown.
+func TestAddsCoalescedInACallWrittenTwiceEachGetTheirOwnAnswer(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		faults := redistest.NewFaults()
-		f := mustNew(t, b.Client(t, faults), redistest.Key(t), 1000, 0.001)
+		lost := &twice{lost: true, sha: addFixedScript.Hash()}
+		f := mustNew(t, b.Client(t, faults, lost), redistest.Key(t), 1000, 0.001)
 		if _, err := f.Add(ctx, "old"); err != nil { // loads the script
 			t.Fatal(err)
 		}
@@ -91,124 +365,26 @@ func TestAddsCoalescedInACallSentTwiceAreEachNew(t *testing.T) {
 			_, err := f.Add(ctx, fmt.Sprint("held-", i))
 			inFlight <- err
 		})
-		// The held calls have their fate; the batch behind them is sent twice.
-		resend := faults.On(redistest.Script(addFixedScript.Hash())).Resend().Times(1)
+		// The held calls (one item each) go once; the batch behind them is
+		// written twice.
+		lost.minArgs = 6 + 2*f.layers[0].hashes
+		lost.arm(1)
 		queued := append(items("queued", 8), "old")
 		results := queueAdds(t, ctx, f, held, inFlight, queued)
-		got := make([]bool, len(queued))
-		for i := range queued {
+		for i, item := range queued {
 			o := <-results[i]
-			if o.err != nil {
-				t.Fatal(o.err)
+			if item == "old" {
+				if o.isNew || !errors.Is(o.err, ErrResent) {
+					t.Fatalf("Add(old): %v %v, want false and ErrResent", o.isNew, o.err)
+				}
+				continue
 			}
-			got[i] = o.isNew
+			if o.err != nil || !o.isNew {
+				t.Fatalf("Add(%s): %v %v, want new", item, o.isNew, o.err)
+			}
 		}
-		wantNew(t, f, queued, got, func(item string) bool { return item != "old" })
-		if n := resend.Hits(); n != 1 {
-			t.Fatalf("%d script calls for the queued adds, want 1", n)
-		}
-	})
-}
-
-// Under load, other calls land on the shard between a run whose reply is
-// lost and its resend: the resend still gets the first run's reply. A
-// scalable shard may even have grown in between, so that the resend
-// finds more layers than it was sent for.
-func TestASecondRunAnswersLikeTheFirstWhateverLandedInBetween(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		rdb := b.Client(t)
-		for _, c := range []struct {
-			name string
-			f    *Filter
-		}{
-			{"fixed", mustNew(t, rdb, redistest.Key(t), 1000, 0.001)},
-			{"scalable", mustScalable(t, rdb, redistest.Key(t), 4, 0.01)},
-		} {
-			t.Run(c.name, func(t *testing.T) {
-				f := c.f
-				if _, err := f.Add(ctx, "old"); err != nil {
-					t.Fatal(err)
-				}
-				g := &group{items: []string{"a", "old", "b"}}
-				s, args := addFixedScript, []any(nil)
-				if f.scalable {
-					s, args = addScript, f.args(true, g)
-				} else {
-					args = f.fixedArgs(s, true, g)
-				}
-				first, err := s.Ints(ctx, rdb, args)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// The reply is kept under the call's own key, the last of
-				// its keys, and is born with its expiry.
-				key := args[2+args[2].(int)].(string)
-				if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > replyTTL {
-					t.Fatalf("the kept reply's TTL: %v %v, want in (0, %v]", ttl, err, replyTTL)
-				}
-				// Time passes; other batches land; the scalable shard
-				// outgrows its layer.
-				if err := rdb.PExpire(ctx, key, replyTTL/2).Err(); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := f.AddMany(ctx, items("between", 40)); err != nil {
-					t.Fatal(err)
-				}
-				if f.scalable && f.shards[0].known.Load() < 2 {
-					t.Fatal("the shard did not grow")
-				}
-				second, err := s.Ints(ctx, rdb, args)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want := []int64{1, 0, 1}
-				if f.scalable {
-					want = []int64{0, 1, 1, 0, 1}
-				}
-				if !slices.Equal(first, want) || !slices.Equal(second, first) {
-					t.Fatalf("replies %v then %v, want %v twice", first, second, want)
-				}
-				// The resend found it, and keeps it for a further one.
-				if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= replyTTL/2 || ttl > replyTTL {
-					t.Fatalf("the kept reply's TTL after the resend: %v %v, want in (%v, %v]", ttl, err, replyTTL/2, replyTTL)
-				}
-				// A call of its own, for the same items, finds them present.
-				again, err := f.AddMany(ctx, g.items)
-				if err != nil || slices.Contains(again, true) {
-					t.Fatalf("AddMany of the items again: %v %v, want none new", again, err)
-				}
-			})
-		}
-	})
-}
-
-// A scalable batch that fills a layer goes in several calls, the rest
-// sent again with one more layer: each is a call of its own, so with
-// every call sent twice, none is answered with another's reply.
-func TestABatchThatFillsLayersWithEveryCallSentTwiceAnswersEachItem(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		faults := redistest.NewFaults()
-		f := mustScalable(t, b.Client(t, faults), redistest.Key(t), 10, 1e-6)
-		resend := faults.On(redistest.Script(addScript.Hash())).Resend()
-		all := append(items("fill", 60), "fill-0")
-		got, err := f.AddMany(ctx, all)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resend.Off()
-		if n := f.shards[0].known.Load(); n < 3 {
-			t.Fatalf("%d layers after 60 items in layers of 10, 20, ...: the batch did not fill two", n)
-		}
-		seen := map[string]bool{}
-		wantNew(t, f, all, got, func(item string) bool {
-			first := !seen[item]
-			seen[item] = true
-			return first
-		})
-		if n := resend.Hits(); n < 3 {
-			t.Fatalf("%d script calls for a batch that filled two layers", n)
+		if n := held.calls.Hits(); n != maxInFlight+1 {
+			t.Fatalf("%d script calls for the held adds and the queued ones, want %d", n, maxInFlight+1)
 		}
 	})
 }
