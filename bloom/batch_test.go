@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/surgekit/surge/internal/coalesce"
 	"github.com/surgekit/surge/internal/redistest"
 )
@@ -294,6 +296,48 @@ func TestConcurrentAddsToAGrowingFilterEachGetTheirOwnAnswer(t *testing.T) {
 		}
 		if n := notNew.Load(); n > 0 {
 			t.Fatalf("%d of %d fresh items reported not new", n, len(all))
+		}
+	})
+}
+
+// A coalesced batch on a scalable filter that fills a layer goes in two
+// calls; if the second fails, the callers the first answered keep their
+// answers and only the others get the error.
+func TestCoalescedAddsAnsweredBeforeALaterCallFailedKeepTheirAnswers(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		faults := redistest.NewFaults()
+		f := mustScalable(t, b.Client(t, faults), redistest.Key(t), 10, 0.01)
+		if _, err := f.Add(ctx, "warm"); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		inFlight := make(chan error, maxInFlight)
+		held := fillFlight(t, faults, addScript.Hash(), func(i int) {
+			_, err := f.Add(ctx, fmt.Sprint("held-", i))
+			inFlight <- err
+		})
+		// The queued batch goes when the first held call lands: warm and
+		// that call took two of the first layer's ten places, so eight of
+		// the batch fit, and the call for the rest, sent with two layers'
+		// keys, fails.
+		boom := errors.New("boom")
+		faults.On(func(cmd redis.Cmder) bool {
+			args := cmd.Args()
+			return redistest.Script(addScript.Hash())(cmd) && args[2] == 3
+		}).Fail(boom).Times(1)
+		queued := items("queued", 12)
+		results := queueAdds(t, ctx, f, held, inFlight, queued)
+		for i, item := range queued {
+			o := <-results[i]
+			if i < 8 {
+				if o.err != nil || !o.isNew {
+					t.Fatalf("Add(%s), answered by the first call: %v %v, want new", item, o.isNew, o.err)
+				}
+				continue
+			}
+			if !errors.Is(o.err, boom) {
+				t.Fatalf("Add(%s), left for the call that failed: %v %v, want its error", item, o.isNew, o.err)
+			}
 		}
 	})
 }

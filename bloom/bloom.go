@@ -265,17 +265,19 @@ func (f *Filter) one(ctx context.Context, add bool, item string) (bool, error) {
 		if err := f.run(ctx, add, []group{{shard: s, items: items}}, out, &fails); err != nil {
 			return nil, err
 		}
-		if fails.first != nil {
-			// The shard's call failed: every item is without an answer,
-			// or all but those of a first call that filled a layer.
+		if fails.first != nil && (!add || len(fails.unknown) == len(items)) {
+			// The shard's call failed, for every item (or for lookups,
+			// which the batcher sends again if the leader's giving up
+			// failed them).
 			return nil, fails.err()
 		}
 		res := make([]answer, len(items))
 		for i, found := range out {
 			res[i].found = found
 		}
-		// A full filter that left items out, or a resent add whose
-		// answers are not sure: each caller gets its own item's error.
+		// A full filter that left items out, a resent add whose answers
+		// are not sure, or a failed call after one that answered some
+		// items (a layer filled): each caller gets its own item's error.
 		for n, i := range fails.unknown {
 			res[i] = answer{err: fails.why[n]}
 		}
@@ -437,9 +439,6 @@ type failures struct {
 	resent  bool
 }
 
-// errResent is ErrResent as one item's error.
-var errResent = fmt.Errorf("bloom: %w", ErrResent)
-
 // count records how many items the call's groups hold.
 func (fs *failures) count(groups []group) {
 	for i := range groups {
@@ -475,7 +474,7 @@ func (fs *failures) addFull(full *fullError) {
 func (fs *failures) unsure(i int) {
 	fs.resent = true
 	fs.unknown = append(fs.unknown, i)
-	fs.why = append(fs.why, errResent)
+	fs.why = append(fs.why, ErrResent)
 }
 
 // err is nil if every item has its sure answer. Otherwise the error is,
@@ -492,7 +491,7 @@ func (fs *failures) err() error {
 		reasons = append(reasons, fs.full)
 	}
 	if fs.resent {
-		reasons = append(reasons, errResent)
+		reasons = append(reasons, ErrResent)
 	}
 	var reason error
 	switch len(reasons) {
