@@ -5,9 +5,9 @@
 
 -- The fixed window is a counter whose TTL is the window. When consuming,
 -- it is incremented first (the caller takes a refused request back with
--- fixed_undo), which spares a read; a key without a TTL, new or one that
--- lost it to someone else's INCR, gets one here, so no key can block
--- forever. Returns, last, the count before this request.
+-- fixed_undo), which spares a read; a new key gets its TTL at once, and a
+-- key found without one (lost to someone else's INCR) gets one here, so
+-- no key can block forever. Returns, last, the count before this request.
 --
 -- Times are PTTL + 1 ms: Redis drops a key only once its expiry is past,
 -- so at PTTL 0 the window is still there, and a client that waited
@@ -17,10 +17,17 @@ local function fixed(key, rate, period, cost)
   local count, pttl
   if consume then
     count = redis.call('INCRBY', key, cost) - cost
-    pttl = redis.call('PTTL', key)
-    if pttl < 0 then
+    if count == 0 then
+      -- A window that starts now (fixed_undo leaves no 0 behind): it
+      -- gets its TTL without a PTTL to ask.
       redis.call('PEXPIRE', key, window)
       pttl = window
+    else
+      pttl = redis.call('PTTL', key)
+      if pttl < 0 then
+        redis.call('PEXPIRE', key, window)
+        pttl = window
+      end
     end
   else
     count = tonumber(redis.call('GET', key) or '0')

@@ -16,19 +16,27 @@
 -- the window's PTTL, the whole window for a key that had no TTL.
 --
 -- Counting takes two commands for an admitted request: INCRBY counts it
--- first (sparing a read) and PTTL reads the window's end; a key without a
--- TTL (new, or one that lost it) gets the whole window, so no key can
--- block forever, even when only looking.
+-- first (sparing a read), then PEXPIRE gives a window that starts now its
+-- TTL, or PTTL reads an open window's end; a key found without a TTL (one
+-- that lost it) gets the whole window, so no key can block forever, even
+-- when only looking.
 local key, argv = KEYS[1], ARGV
 if argv[1] == '1' then
   local count = redis.call('INCRBY', key, argv[4])
-  local pttl = redis.call('PTTL', key)
-  if pttl < 0 then
+  local cost = tonumber(argv[4])
+  local pttl
+  if count == cost then
+    -- A window that starts now: no PTTL to ask (see fixed.lua).
     pttl = tonumber(argv[3])
     redis.call('PEXPIRE', key, pttl)
+  else
+    pttl = redis.call('PTTL', key)
+    if pttl < 0 then
+      pttl = tonumber(argv[3])
+      redis.call('PEXPIRE', key, pttl)
+    end
   end
   if count > tonumber(argv[2]) then
-    local cost = tonumber(argv[4])
     if count == cost then
       redis.call('DEL', key)
     else

@@ -183,29 +183,52 @@ func TestEveryAlgorithmAdmitsExactlyItsRateUnderContention(t *testing.T) {
 }
 
 func TestFixedWindowKeysAlwaysHaveATTL(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		rdb := b.Client(t)
-		l := newLimiter(t, rdb)
-		key := redistest.Key(t)
-		limit := PerMinute(5).Using(FixedWindow)
-		mustAllow(t, l, key, limit, 1)
-		k, _ := l.key(key, limit)
-		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
-			t.Fatalf("a new window's key has TTL %v, want up to a minute", ttl)
-		}
-		// Someone else's INCR re-created the key without a TTL, far over
-		// the limit: the stuck-blacklist bug. The next decision heals it.
-		rdb.Del(ctx, k)
-		rdb.IncrBy(ctx, k, 1000)
-		// Up to the window and the millisecond Redis keeps a key at PTTL 0.
-		if r := mustAllow(t, l, key, limit, 1); r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > time.Minute+time.Millisecond {
-			t.Fatalf("over the limit: %+v, want denied until the window ends", r)
-		}
-		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
-			t.Fatalf("a key without TTL was left with TTL %v, want up to a minute", ttl)
-		}
-	})
+	// Alone (fixed_one.lua) and beside another limit in AllowAll
+	// (fixed.lua): each writes the window's key itself.
+	for _, c := range []struct {
+		name   string
+		beside []Limit
+	}{{"alone", nil}, {"with a GCRA limit", []Limit{PerSecond(100)}}} {
+		t.Run(c.name, func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				rdb := b.Client(t)
+				l := newLimiter(t, rdb)
+				key := redistest.Key(t)
+				limit := PerMinute(5).Using(FixedWindow)
+				allow := func() Result {
+					t.Helper()
+					checks := []Check{{Key: key, Limit: limit}}
+					for _, other := range c.beside {
+						checks = append(checks, Check{Key: key, Limit: other})
+					}
+					d, err := l.AllowAll(ctx, 1, checks...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return d.Results[0]
+				}
+				allow()
+				k, _ := l.key(key, limit)
+				if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
+					t.Fatalf("a new window's key has TTL %v, want up to a minute", ttl)
+				}
+				// Someone else's INCR re-created the key without a TTL, far
+				// over the limit: the stuck-blacklist bug. The next decision
+				// heals it.
+				rdb.Del(ctx, k)
+				rdb.IncrBy(ctx, k, 1000)
+				// Up to the window and the millisecond Redis keeps a key at
+				// PTTL 0.
+				if r := allow(); r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > time.Minute+time.Millisecond {
+					t.Fatalf("over the limit: %+v, want denied until the window ends", r)
+				}
+				if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > time.Minute {
+					t.Fatalf("a key without TTL was left with TTL %v, want up to a minute", ttl)
+				}
+			})
+		})
+	}
 }
 
 func TestFixedWindowOpensAgainWhenItsKeyExpires(t *testing.T) {
