@@ -153,7 +153,7 @@ func median(xs []float64) float64 {
 }
 
 func report(samples map[string]map[string]map[string][]float64, order []string, rounds int) {
-	fmt.Printf("Medians of %d interleaved rounds; surge/x is the median of the per-round ratios.\n\n", rounds)
+	fmt.Printf("Medians of %d interleaved rounds; surge/x is the median of the per-round ratios, the middle half of them in brackets.\n\n", rounds)
 	for _, base := range order {
 		metrics := samples[base]
 		names := make([]string, 0, len(metrics))
@@ -190,7 +190,9 @@ func report(samples map[string]map[string]map[string][]float64, order []string, 
 }
 
 // pairedRatio is the median over rounds of surge's value divided by the
-// other library's value in the same round.
+// other library's value in the same round, with the lower and upper
+// quartiles of those ratios: a ratio whose middle half straddles a target
+// is the noise's to decide, not surge's.
 func pairedRatio(surge, other []float64) string {
 	var ratios []float64
 	for i := range min(len(surge), len(other)) {
@@ -201,7 +203,12 @@ func pairedRatio(surge, other []float64) string {
 	if len(ratios) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2fx", median(ratios))
+	if len(ratios) < 4 {
+		return fmt.Sprintf("%.2fx", median(ratios))
+	}
+	slices.Sort(ratios)
+	q := len(ratios) / 4
+	return fmt.Sprintf("%.2fx [%.2f–%.2f]", median(ratios), ratios[q], ratios[len(ratios)-1-q])
 }
 
 func format(v float64) string {
