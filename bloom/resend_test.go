@@ -268,49 +268,14 @@ func TestAnAddResentAfterOtherCallsLandedStillCannotTellNew(t *testing.T) {
 				}
 				// Nothing was kept for a resend to find: the shard has its
 				// meta hash and its bitmaps, no other key.
-				if keys := shardKeys(t, rdb, f, 0); len(keys) != 1+int(f.shards[0].known.Load()) {
+				meta := f.shards[0].keys[0].(string)
+				tag := meta[strings.Index(meta, "{") : strings.Index(meta, "}")+1]
+				if keys := redistest.KeysContaining(t, rdb, tag); len(keys) != 1+int(f.shards[0].known.Load()) {
 					t.Fatalf("the shard's keys: %v, want the meta hash and one bitmap per layer", keys)
 				}
 			})
 		}
 	})
-}
-
-// shardKeys lists the keys on shard i's hash tag.
-func shardKeys(t *testing.T, rdb redis.UniversalClient, f *Filter, i int) []string {
-	t.Helper()
-	ctx := context.Background()
-	meta := f.shards[i].keys[0].(string)
-	tag := meta[strings.Index(meta, "{") : strings.Index(meta, "}")+1]
-	node := redis.UniversalClient(rdb)
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		n, err := cc.MasterForKey(ctx, meta)
-		if err != nil {
-			t.Fatal(err)
-		}
-		node = n
-	}
-	var keys []string
-	iter := node.Scan(ctx, 0, "*"+escape(tag)+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return keys
-}
-
-// escape quotes the glob characters of s for a SCAN pattern.
-func escape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // A scalable batch that fills layers goes in several calls, the rest sent

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,6 +197,48 @@ func Key(t testing.TB) string {
 	_, _ = rand.Read(r[:])
 	name := strings.NewReplacer(" ", "_", "{", "(", "}", ")").Replace(t.Name())
 	return fmt.Sprintf("t:%s:%d:%s", name, keySeq.Add(1), hex.EncodeToString(r[:]))
+}
+
+// KeysContaining returns every key that contains s, read with a full SCAN
+// of the server, or of every master of a cluster. Glob characters in s
+// are matched literally.
+func KeysContaining(t testing.TB, rdb redis.UniversalClient, s string) []string {
+	t.Helper()
+	var quoted strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			quoted.WriteByte('\\')
+		}
+		quoted.WriteRune(r)
+	}
+	pattern := "*" + quoted.String() + "*"
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	scan := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	ctx := context.Background()
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		t.Fatalf("redistest: KeysContaining needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // SingleAddr returns the address of the spawned standalone redis-server, for
