@@ -2,101 +2,16 @@ package bloom
 
 import (
 	"context"
-	"encoding"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surgekit/surge/internal/redistest"
 )
-
-// twice is a hook that writes the script commands it meets twice, as
-// go-redis does after a lost reply, in one of two ways. With lost set,
-// the first write never reaches Redis: the hook reads the arguments as a
-// write does (encoding.BinaryMarshaler) and drops them. Otherwise the
-// first write runs, then between (if set), then the second. A pipeline
-// with a matched command is written twice as a whole.
-type twice struct {
-	sha     string
-	lost    bool
-	between func()
-	minArgs int // match only commands with at least this many arguments
-
-	mu    sync.Mutex
-	times int // commands (or pipelines) still to affect
-}
-
-// arm makes the next n matched commands go twice.
-func (h *twice) arm(n int) {
-	h.mu.Lock()
-	h.times = n
-	h.mu.Unlock()
-}
-
-func (h *twice) take(cmds []redis.Cmder) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.times == 0 || !slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
-		args := c.Args()
-		return len(args) > 1 && args[0] == "evalsha" && args[1] == h.sha && len(args) >= h.minArgs
-	}) {
-		return false
-	}
-	h.times--
-	return true
-}
-
-// first is the first of the two writes.
-func (h *twice) first(run func() error) {
-	if !h.lost {
-		_ = run()
-		if h.between != nil {
-			h.between()
-		}
-	}
-}
-
-func (h *twice) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *twice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.take([]redis.Cmder{cmd}) {
-			h.first(func() error { return next(ctx, cmd) })
-			if h.lost {
-				write(cmd)
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *twice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.take(cmds) {
-			h.first(func() error { return next(ctx, cmds) })
-			if h.lost {
-				for _, cmd := range cmds {
-					write(cmd)
-				}
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// write reads cmd's arguments as go-redis's writer does.
-func write(cmd redis.Cmder) {
-	for _, a := range cmd.Args() {
-		if m, ok := a.(encoding.BinaryMarshaler); ok {
-			_, _ = m.MarshalBinary()
-		}
-	}
-}
 
 // mustExist fails unless every item is found.
 func mustExist(t *testing.T, f *Filter, all []string) {
@@ -183,24 +98,24 @@ func TestAnAddSentTwiceSaysItCannotTellNew(t *testing.T) {
 func TestAnAddWrittenTwiceThatRanOnceTellsNewFromUnknown(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		lost := &twice{lost: true}
-		rdb := b.Client(t, lost)
+		faults := redistest.NewFaults()
+		rdb := b.Client(t, faults)
 		for _, c := range filters(t, rdb) {
 			t.Run(c.name, func(t *testing.T) {
-				lost.sha = addFixedScript.Hash()
+				sha := addFixedScript.Hash()
 				if c.f.scalable {
-					lost.sha = addScript.Hash()
+					sha = addScript.Hash()
 				}
-				lost.arm(1)
+				lost := faults.On(redistest.Script(sha)).LoseFirstWrite().Times(1)
 				if isNew, err := c.f.Add(ctx, "one"); err != nil || !isNew {
 					t.Fatalf("Add of a new item written twice: %v %v, want new", isNew, err)
 				}
-				lost.arm(1)
+				lost.Times(1)
 				if isNew, err := c.f.Add(ctx, "old"); isNew || !errors.Is(err, ErrResent) {
 					t.Fatalf("Add of an old item written twice: %v %v, want false and ErrResent", isNew, err)
 				}
 				all := append(items("many", 12), "old", "one")
-				lost.arm(1)
+				lost.Times(1)
 				got, err := c.f.AddMany(ctx, all)
 				var be *BatchError
 				if !errors.As(err, &be) || !errors.Is(err, ErrResent) || errors.Is(err, ErrFull) {
@@ -227,8 +142,8 @@ func TestAnAddWrittenTwiceThatRanOnceTellsNewFromUnknown(t *testing.T) {
 func TestAnAddResentAfterOtherCallsLandedStillCannotTellNew(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		resend := &twice{}
-		rdb := b.Client(t, resend)
+		faults := redistest.NewFaults()
+		rdb := b.Client(t, faults)
 		for _, c := range []struct {
 			name     string
 			scalable bool
@@ -238,20 +153,19 @@ func TestAnAddResentAfterOtherCallsLandedStillCannotTellNew(t *testing.T) {
 				// does not know of the layers the other's calls add.
 				name := redistest.Key(t)
 				f, other := mustNew(t, rdb, name, 1000, 0.001), mustNew(t, rdb, name, 1000, 0.001)
-				resend.sha = addFixedScript.Hash()
+				sha := addFixedScript.Hash()
 				if c.scalable {
 					f, other = mustScalable(t, rdb, name, 4, 0.01), mustScalable(t, rdb, name, 4, 0.01)
-					resend.sha = addScript.Hash()
+					sha = addScript.Hash()
 				}
 				if _, err := f.Add(ctx, "old"); err != nil {
 					t.Fatal(err)
 				}
-				resend.between = func() {
+				faults.On(redistest.Script(sha)).Resend().Between(func() {
 					if _, err := other.AddMany(ctx, items("between", 40)); err != nil {
 						t.Error(err)
 					}
-				}
-				resend.arm(1)
+				}).Times(1)
 				all := []string{"a", "old", "b"}
 				got, err := f.AddMany(ctx, all)
 				if !errors.Is(err, ErrResent) || slices.Contains(got, true) {
@@ -285,12 +199,12 @@ func TestAnAddResentAfterOtherCallsLandedStillCannotTellNew(t *testing.T) {
 func TestABatchThatFillsLayersAfterAResendKeepsItsAnswersUnsure(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		lost := &twice{lost: true, sha: addScript.Hash()}
-		f := mustScalable(t, b.Client(t, lost), redistest.Key(t), 10, 1e-6)
+		faults := redistest.NewFaults()
+		f := mustScalable(t, b.Client(t, faults), redistest.Key(t), 10, 1e-6)
 		if _, err := f.Add(ctx, "warm"); err != nil { // loads the script
 			t.Fatal(err)
 		}
-		lost.arm(1) // the first call only
+		faults.On(redistest.Script(addScript.Hash())).LoseFirstWrite().Times(1) // the first call only
 		all := append(items("fill", 60), "fill-0")
 		got, err := f.AddMany(ctx, all)
 		var be *BatchError
@@ -320,8 +234,7 @@ func TestAddsCoalescedInACallWrittenTwiceEachGetTheirOwnAnswer(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		faults := redistest.NewFaults()
-		lost := &twice{lost: true, sha: addFixedScript.Hash()}
-		f := mustNew(t, b.Client(t, faults, lost), redistest.Key(t), 1000, 0.001)
+		f := mustNew(t, b.Client(t, faults), redistest.Key(t), 1000, 0.001)
 		if _, err := f.Add(ctx, "old"); err != nil { // loads the script
 			t.Fatal(err)
 		}
@@ -330,10 +243,9 @@ func TestAddsCoalescedInACallWrittenTwiceEachGetTheirOwnAnswer(t *testing.T) {
 			_, err := f.Add(ctx, fmt.Sprint("held-", i))
 			inFlight <- err
 		})
-		// The held calls (one item each) go once; the batch behind them is
-		// written twice.
-		lost.minArgs = 6 + 2*f.layers[0].hashes
-		lost.arm(1)
+		// The held calls were matched on arrival and go once; the batch
+		// behind them is written twice.
+		faults.On(redistest.Script(addFixedScript.Hash())).LoseFirstWrite().Times(1)
 		queued := append(items("queued", 8), "old")
 		results := queueAdds(t, ctx, f, held, inFlight, queued)
 		for i, item := range queued {

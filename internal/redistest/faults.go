@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"crypto/sha1"
+	"encoding"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -70,19 +71,21 @@ func Script(sha string) Match {
 func Any() Match { return func(redis.Cmder) bool { return true } }
 
 // Rule is what happens to the commands one Match selects (or, made with
-// OnDial, to the dials). A rule without Fail, LoseReply, Resend, Delay,
-// Hold or HoldReply only counts.
+// OnDial, to the dials). A rule without Fail, LoseReply, Resend,
+// LoseFirstWrite, Delay, Hold or HoldReply only counts.
 type Rule struct {
-	f      *Faults
-	match  Match // nil for a rule on dials
-	err    error
-	lost   error // like err, but the command runs first: its reply is lost
-	resend bool  // the command runs twice; the caller sees the second reply
-	delay  time.Duration
-	hold   chan struct{}
-	after  bool // hold the reply, once the command ran (HoldReply)
-	times  int  // commands still to affect; < 0 means all
-	hits   int  // commands matched, affected or not
+	f         *Faults
+	match     Match // nil for a rule on dials
+	err       error
+	lost      error  // like err, but the command runs first: its reply is lost
+	resend    bool   // the command runs twice; the caller sees the second reply
+	between   func() // with resend: runs between the two runs
+	lostWrite bool   // the command is written twice, the first write lost
+	delay     time.Duration
+	hold      chan struct{}
+	after     bool // hold the reply, once the command ran (HoldReply)
+	times     int  // commands still to affect; < 0 means all
+	hits      int  // commands matched, affected or not
 }
 
 // On adds a rule for the commands m selects and returns it for configuring.
@@ -138,6 +141,29 @@ func (r *Rule) LoseReply(err error) *Rule {
 func (r *Rule) Resend() *Rule {
 	r.f.mu.Lock()
 	r.resend = true
+	r.f.mu.Unlock()
+	return r
+}
+
+// Between makes a Resend rule run fn between the two runs of a matched
+// command, as when other clients' commands land before go-redis resends.
+func (r *Rule) Between(fn func()) *Rule {
+	r.f.mu.Lock()
+	r.between = fn
+	r.f.mu.Unlock()
+	return r
+}
+
+// LoseFirstWrite makes go-redis seem to write matched commands twice,
+// the first write lost before Redis read it, as when a connection breaks
+// under a write and go-redis writes the command again: the arguments are
+// encoded once as go-redis's writer encodes them (through
+// encoding.BinaryMarshaler, which script.SendCount counts), and then the
+// command is sent and runs once. A pipeline with a matched command goes
+// so as a whole.
+func (r *Rule) LoseFirstWrite() *Rule {
+	r.f.mu.Lock()
+	r.lostWrite = true
 	r.f.mu.Unlock()
 	return r
 }
@@ -204,12 +230,14 @@ func (r *Rule) Hits() int {
 }
 
 type action struct {
-	err    error
-	lost   error
-	resend bool
-	delay  time.Duration
-	hold   chan struct{}
-	reply  chan struct{} // HoldReply's
+	err       error
+	lost      error
+	resend    bool
+	between   func()
+	lostWrite bool
+	delay     time.Duration
+	hold      chan struct{}
+	reply     chan struct{} // HoldReply's
 }
 
 // actionFor returns what happens to cmd, or with a nil cmd to a dial.
@@ -239,6 +267,10 @@ func (f *Faults) actionFor(cmd redis.Cmder) action {
 			a.lost = r.lost
 		}
 		a.resend = a.resend || r.resend
+		if r.resend && r.between != nil && a.between == nil {
+			a.between = r.between
+		}
+		a.lostWrite = a.lostWrite || r.lostWrite
 		a.delay += r.delay
 		switch {
 		case r.hold != nil && r.after && a.reply == nil:
@@ -302,6 +334,12 @@ func (f *Faults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if a.resend {
 			_ = next(ctx, cmd)
 			cmd.SetErr(nil)
+			if a.between != nil {
+				a.between()
+			}
+		}
+		if a.lostWrite {
+			encode(cmd)
 		}
 		err := next(ctx, cmd)
 		if a.lost != nil {
@@ -313,6 +351,15 @@ func (f *Faults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return err
 		}
 		return err
+	}
+}
+
+// encode encodes cmd's arguments as go-redis's writer does, and drops them.
+func encode(cmd redis.Cmder) {
+	for _, arg := range cmd.Args() {
+		if m, ok := arg.(encoding.BinaryMarshaler); ok {
+			_, _ = m.MarshalBinary()
+		}
 	}
 }
 
@@ -334,7 +381,8 @@ func (a action) holdReply(ctx context.Context) error {
 func (f *Faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		var failed error
-		resend := false
+		resend, lostWrite := false, false
+		var between func()
 		var replies []action // with HoldReply
 		for _, cmd := range cmds {
 			a := f.actionFor(cmd)
@@ -342,6 +390,10 @@ func (f *Faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 				failed = err
 			}
 			resend = resend || a.resend
+			lostWrite = lostWrite || a.lostWrite
+			if between == nil {
+				between = a.between
+			}
 			if a.reply != nil {
 				replies = append(replies, a)
 			}
@@ -356,6 +408,14 @@ func (f *Faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 			_ = next(ctx, cmds)
 			for _, cmd := range cmds {
 				cmd.SetErr(nil)
+			}
+			if between != nil {
+				between()
+			}
+		}
+		if lostWrite {
+			for _, cmd := range cmds {
+				encode(cmd)
 			}
 		}
 		err := next(ctx, cmds)
