@@ -312,24 +312,28 @@ func TestCoalescedAddsAnsweredBeforeALaterCallFailedKeepTheirAnswers(t *testing.
 			t.Fatal(err)
 		}
 		inFlight := make(chan error, maxInFlight)
-		held := fillFlight(t, faults, addScript.Hash(), func(i int) {
-			_, err := f.Add(ctx, fmt.Sprint("held-", i))
+		// The held calls add warm again: present, it takes no place in the
+		// layer, so however their landings interleave with the batch's,
+		// the batch finds nine of the first layer's ten places free.
+		held := fillFlight(t, faults, addScript.Hash(), func(int) {
+			_, err := f.Add(ctx, "warm")
 			inFlight <- err
 		})
-		// The queued batch goes when the first held call lands: warm and
-		// that call took two of the first layer's ten places, so eight of
-		// the batch fit, and the call for the rest, sent with two layers'
-		// keys, fails.
+		// Nine of the batch fit; the call for the other three, sent with
+		// two layers' keys, fails. (A held call that lands after the
+		// growth is sent again with two layers too, for its one item: the
+		// rule tells them apart by the batch's size.)
 		boom := errors.New("boom")
+		stride := f.layers[0].hashes + f.layers[1].hashes
 		faults.On(func(cmd redis.Cmder) bool {
 			args := cmd.Args()
-			return redistest.Script(addScript.Hash())(cmd) && args[2] == 3
+			return redistest.Script(addScript.Hash())(cmd) && args[2] == 3 && len(args) > 14+stride
 		}).Fail(boom).Times(1)
 		queued := items("queued", 12)
 		results := queueAdds(t, ctx, f, held, inFlight, queued)
 		for i, item := range queued {
 			o := <-results[i]
-			if i < 8 {
+			if i < 9 {
 				if o.err != nil || !o.isNew {
 					t.Fatalf("Add(%s), answered by the first call: %v %v, want new", item, o.isNew, o.err)
 				}
