@@ -59,6 +59,58 @@
 -- (redis-benchmark, 2026-11-26, when writes were SET ... PXAT). For the
 -- same reason the common calls (one count, or two of different keys) are
 -- decided without building a table.
+-- A lone call of two counts of different keys (a lottery draw: the day's
+-- draws, the lifetime's wins), decided straight through before any of the
+-- batch's tables and closures exist: on a busy server they cost it more
+-- than a fifth of its time (6.4 against 5.3 µs a draw, redis-benchmark,
+-- 2026-11-26). It answers and writes what the loop below would; a test
+-- holds the two equal.
+if #KEYS == 2 and #ARGV == 14 and KEYS[1] ~= KEYS[2] then
+  local a = ARGV
+  if outside(a[1], a[6], a[7]) or outside(a[1], a[12], a[13]) then
+    return {-1, clock_now, 0, 0, 0}
+  end
+  local k1, k2 = KEYS[1], KEYS[2]
+  local got = redis.call('MGET', k1, k2)
+  local was1, was2 = tonumber(got[1]), tonumber(got[2])
+  local v1, v2 = (was1 or 0) + tonumber(a[3]), (was2 or 0) + tonumber(a[9])
+  local fits1, fits2 = v1 <= tonumber(a[4]), v2 <= tonumber(a[10])
+  if (not fits1 and a[5] == '0') or (not fits2 and a[11] == '0') then
+    return {0, was1 or 0, 0, was2 or 0, 0}
+  end
+  -- Each count that fits is written as write() below does.
+  local c1, c2 = 0, 0
+  if fits1 then
+    if was1 and was1 ~= 0 and redis.pcall('INCRBY', k1, a[3]) == v1 then
+      if a[7] ~= '0' then
+        redis.call('PEXPIREAT', k1, a[8])
+      end
+    elseif a[7] ~= '0' then
+      redis.call('SET', k1, string.format('%d', v1), 'PXAT', a[8])
+    else
+      redis.call('SET', k1, string.format('%d', v1), 'PX', a[8])
+    end
+    c1 = 1
+  else
+    v1 = was1 or 0
+  end
+  if fits2 then
+    if was2 and was2 ~= 0 and redis.pcall('INCRBY', k2, a[9]) == v2 then
+      if a[13] ~= '0' then
+        redis.call('PEXPIREAT', k2, a[14])
+      end
+    elseif a[13] ~= '0' then
+      redis.call('SET', k2, string.format('%d', v2), 'PXAT', a[14])
+    else
+      redis.call('SET', k2, string.format('%d', v2), 'PX', a[14])
+    end
+    c2 = 1
+  else
+    v2 = was2 or 0
+  end
+  return {1, v1, c1, v2, c2}
+end
+
 local got = redis.call('MGET', unpack(KEYS))
 -- done[key] is a key's count as the calls so far left it, once one of
 -- them wrote it; else got[] (read before any call) holds it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -611,6 +612,163 @@ func TestAKeyAndTheSameKeyInBracesShareACount(t *testing.T) {
 		}
 		if got, err := c.Get(ctx, Limit{Key: "{" + key + "}", Cap: 5, TTL: time.Hour}); err != nil || got.Value != 1 {
 			t.Fatalf("Get of the braced key: %+v %v, want 1", got, err)
+		}
+	})
+}
+
+// take_batch.lua decides a lone call of two counts of different keys (a
+// lottery draw) on a straight path of its own, before the batch's tables
+// exist. It must answer and write as the batch loop does: each call here
+// runs twice from the same start, once alone (the straight path) and once
+// with a call of a third key after it (the loop), and the two replies,
+// counts and expiries must match, for every start of each key, caps that
+// fit or not, optional or required counts, with and without a window, and
+// a clock outside a period.
+func TestALoneDrawIsDecidedAsInABatch(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		tag := "{" + redistest.Key(t) + "}"
+		const now = int64(1_800_000_000_000) // the scripts' pinned clock, ms
+		// Expiries far apart, so that one written in the wrong way cannot
+		// land within the comparison's slack of the right one: a key's own
+		// before the call, a window's end, and a TTL from creation.
+		held := time.Now().Add(30 * time.Minute)
+		windowEnd := now + 2*3_600_000
+		const ttl = 60_000
+
+		type start struct {
+			text   string // "" absent
+			expiry bool
+		}
+		starts := []start{{"", false}, {"0", true}, {"5.0", true}, {"3", true}, {"3", false}}
+		type spec struct {
+			st       start
+			cap      int64
+			optional bool
+			windowed bool
+		}
+		var specs []spec
+		for _, st := range starts {
+			for _, cp := range []int64{4, 5} {
+				for _, opt := range []bool{false, true} {
+					for _, w := range []bool{false, true} {
+						specs = append(specs, spec{st, cp, opt, w})
+					}
+				}
+			}
+		}
+		// countArgs are one count's six arguments; n is 1 for the first
+		// count and 2 for the second, so that each moves by its own n.
+		countArgs := func(s spec, n int64, wrongPeriod bool) []any {
+			opt := "0"
+			if s.optional {
+				opt = "1"
+			}
+			switch {
+			case !s.windowed:
+				return []any{n, s.cap, opt, 0, 0, ttl}
+			case wrongPeriod:
+				return []any{n, s.cap, opt, now - 2000, now - 1000, windowEnd}
+			}
+			return []any{n, s.cap, opt, now - 1000, now + 3_600_000, windowEnd}
+		}
+		type state struct {
+			value  string
+			expiry time.Duration // PEXPIRETIME: -1 none, -2 no key
+		}
+		// setUp gives each key its start, in one round trip.
+		setUp := func(keys []string, starts []start) {
+			t.Helper()
+			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, key := range keys {
+					p.Del(ctx, key)
+					if st := starts[i]; st.text != "" {
+						p.Set(ctx, key, st.text, 0)
+						if st.expiry {
+							p.PExpireAt(ctx, key, held)
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		// read returns the keys' states, in one round trip.
+		read := func(keys []string) []state {
+			t.Helper()
+			var gets []*redis.StringCmd
+			var expiries []*redis.DurationCmd
+			_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, key := range keys {
+					gets = append(gets, p.Get(ctx, key))
+					expiries = append(expiries, p.PExpireTime(ctx, key))
+				}
+				return nil
+			})
+			if err != nil && err != redis.Nil {
+				t.Fatal(err)
+			}
+			states := make([]state, len(keys))
+			for i := range keys {
+				states[i] = state{gets[i].Val(), expiries[i].Val()}
+			}
+			return states
+		}
+		same := func(a, b state) bool {
+			if a.value != b.value || (a.expiry < 0) != (b.expiry < 0) {
+				return false
+			}
+			// miniredis keeps a TTL, not a time, and the two runs are
+			// moments apart: allow a few seconds.
+			d := a.expiry - b.expiry
+			return a.expiry < 0 && a.expiry == b.expiry || (d < 5*time.Second && d > -5*time.Second)
+		}
+		run := func(keys []string, args []any) []int64 {
+			t.Helper()
+			all := append(takeBatchScript.Args(len(keys), len(args)), make([]any, 0, len(keys))...)
+			for _, k := range keys {
+				all = append(all, k)
+			}
+			res, err := takeBatchScript.Ints(ctx, rdb, append(all, args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+
+		alone := []string{tag + ":alone:1", tag + ":alone:2"}
+		batched := []string{tag + ":batched:1", tag + ":batched:2", tag + ":batched:other"}
+		cases := 0
+		for _, s1 := range specs {
+			for _, s2 := range specs {
+				for _, wrong := range []bool{false, true} {
+					if wrong && !s2.windowed {
+						continue
+					}
+					call := append(append([]any{2}, countArgs(s1, 1, false)...), countArgs(s2, 2, wrong)...)
+					setUp(append(alone, batched...), []start{s1.st, s2.st, s1.st, s2.st, {}})
+					got := run(alone, append([]any{now}, call...))
+					other := []any{1, 1, 9, "0", 0, 0, ttl}
+					want := run(batched, append(append([]any{now}, call...), other...))
+					name := fmt.Sprintf("%+v then %+v, outside the period: %v", s1, s2, wrong)
+					if len(want) != 8 || !slices.Equal(got, want[:5]) {
+						t.Fatalf("%s: alone %v, in a batch %v", name, got, want)
+					}
+					states := read(append(alone, batched[:2]...))
+					for i := range 2 {
+						if a, b := states[i], states[2+i]; !same(a, b) {
+							t.Fatalf("%s: count %d left %+v alone, %+v in a batch", name, i+1, a, b)
+						}
+					}
+					cases++
+				}
+			}
+		}
+		if cases != 40*40+40*20 {
+			t.Fatalf("%d cases", cases)
 		}
 	})
 }
