@@ -26,14 +26,16 @@ if argv[1] == '1' then
   local cost = tonumber(argv[4])
   local pttl
   if count == cost then
-    -- A window that starts now: no PTTL to ask (see fixed.lua).
+    -- A window that starts now: no PTTL to ask (see fixed.lua). The
+    -- window goes as the text it came as: Redis would write a number out
+    -- with %.17g.
     pttl = tonumber(argv[3])
-    redis.call('PEXPIRE', key, pttl)
+    redis.call('PEXPIRE', key, argv[3])
   else
     pttl = redis.call('PTTL', key)
     if pttl < 0 then
       pttl = tonumber(argv[3])
-      redis.call('PEXPIRE', key, pttl)
+      redis.call('PEXPIRE', key, argv[3])
     end
   end
   if count > tonumber(argv[2]) then

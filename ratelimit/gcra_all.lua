@@ -77,7 +77,9 @@ if take then
     if frac > 0 then
       reset = us + 1
     end
-    redis.call('SET', keys[i], string.format('%d:%d', t + us, frac), 'PX', floor((reset + 999) / 1000) + 1)
+    -- The TTL goes as text: Redis writes a Lua number out with %.17g,
+    -- which costs twice string.format's %d.
+    redis.call('SET', keys[i], string.format('%d:%d', t + us, frac), 'PX', string.format('%d', floor((reset + 999) / 1000) + 1))
   end
 end
 return state
