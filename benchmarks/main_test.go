@@ -52,26 +52,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// counter is a go-redis hook that counts the commands a client sends: the
+// counter counts the commands a client sends (newClient hooks it in): the
 // round trips a library costs (pub/sub commands bypass hooks and are not
 // included; INFO commandstats has them).
 type counter struct{ n atomic.Int64 }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
 
 // newClient returns a fresh client (its own pool) with a command counter,
 // configured the same for every library.
@@ -79,7 +63,7 @@ func newClient(b *testing.B) (*redis.Client, *counter) {
 	b.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 32})
 	cnt := &counter{}
-	rdb.AddHook(cnt)
+	rdb.AddHook(redistest.Watch(func(redis.Cmder) { cnt.n.Add(1) }))
 	b.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		b.Fatal(err)

@@ -12,29 +12,11 @@ import (
 	"github.com/surgekit/surge/internal/redistest"
 )
 
-// printer is a hook that prints every command, as a logging or tracing
-// hook would: a SendCount must not count that.
+// printer records every script command printed, as a logging or tracing
+// hook would print it: a SendCount must not count that.
 type printer struct {
 	mu      sync.Mutex
 	printed []string
-}
-
-func (p *printer) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (p *printer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		p.print(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (p *printer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			p.print(cmd)
-		}
-		return next(ctx, cmds)
-	}
 }
 
 func (p *printer) print(cmd redis.Cmder) {
@@ -51,7 +33,7 @@ func TestSendCountTellsACommandSentAgainFromOneSentOnce(t *testing.T) {
 		ctx := context.Background()
 		faults := redistest.NewFaults()
 		p := &printer{}
-		rdb := b.Client(t, faults, p)
+		rdb := b.Client(t, faults, redistest.Watch(p.print))
 		// Scripts no server has seen: each meets NOSCRIPT first.
 		s := New("return {redis.call('INCR', KEYS[1]), string.len(ARGV[1])} -- " + redistest.Key(t))
 		s2 := New("return {redis.call('INCR', KEYS[1]), string.len(ARGV[1])} -- " + redistest.Key(t))
