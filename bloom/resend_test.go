@@ -52,6 +52,14 @@ func filters(t *testing.T, rdb redis.UniversalClient) []struct {
 	return all
 }
 
+// addScriptHash is the hash of the script f's adds run.
+func addScriptHash(f *Filter) string {
+	if f.scalable {
+		return addScript.Hash()
+	}
+	return addFixedScript.Hash()
+}
+
 // go-redis sends a script call again when its reply is lost, and a
 // pipeline as a whole: the second run finds the items the first added,
 // and the caller is told it cannot know whether they were new.
@@ -62,11 +70,7 @@ func TestAnAddSentTwiceSaysItCannotTellNew(t *testing.T) {
 		rdb := b.Client(t, faults)
 		for _, c := range filters(t, rdb) {
 			t.Run(c.name, func(t *testing.T) {
-				sha := addFixedScript.Hash()
-				if c.f.scalable {
-					sha = addScript.Hash()
-				}
-				resend := faults.On(redistest.Script(sha)).Resend().Times(1)
+				resend := faults.On(redistest.Script(addScriptHash(c.f))).Resend().Times(1)
 				if isNew, err := c.f.Add(ctx, "one"); isNew || !errors.Is(err, ErrResent) {
 					t.Fatalf("Add sent twice: %v %v, want false and ErrResent", isNew, err)
 				}
@@ -102,11 +106,7 @@ func TestAnAddWrittenTwiceThatRanOnceTellsNewFromUnknown(t *testing.T) {
 		rdb := b.Client(t, faults)
 		for _, c := range filters(t, rdb) {
 			t.Run(c.name, func(t *testing.T) {
-				sha := addFixedScript.Hash()
-				if c.f.scalable {
-					sha = addScript.Hash()
-				}
-				lost := faults.On(redistest.Script(sha)).LoseFirstWrite().Times(1)
+				lost := faults.On(redistest.Script(addScriptHash(c.f))).LoseFirstWrite().Times(1)
 				if isNew, err := c.f.Add(ctx, "one"); err != nil || !isNew {
 					t.Fatalf("Add of a new item written twice: %v %v, want new", isNew, err)
 				}
@@ -153,15 +153,13 @@ func TestAnAddResentAfterOtherCallsLandedStillCannotTellNew(t *testing.T) {
 				// does not know of the layers the other's calls add.
 				name := redistest.Key(t)
 				f, other := mustNew(t, rdb, name, 1000, 0.001), mustNew(t, rdb, name, 1000, 0.001)
-				sha := addFixedScript.Hash()
 				if c.scalable {
 					f, other = mustScalable(t, rdb, name, 4, 0.01), mustScalable(t, rdb, name, 4, 0.01)
-					sha = addScript.Hash()
 				}
 				if _, err := f.Add(ctx, "old"); err != nil {
 					t.Fatal(err)
 				}
-				faults.On(redistest.Script(sha)).Resend().Between(func() {
+				faults.On(redistest.Script(addScriptHash(f))).Resend().Between(func() {
 					if _, err := other.AddMany(ctx, items("between", 40)); err != nil {
 						t.Error(err)
 					}
