@@ -112,21 +112,23 @@ func (f *Faults) OnDial() *Rule {
 	return r
 }
 
+// set runs change under the Faults' lock, for the setters below.
+func (r *Rule) set(change func()) *Rule {
+	r.f.mu.Lock()
+	defer r.f.mu.Unlock()
+	change()
+	return r
+}
+
 // Fail makes matched commands fail with err without reaching Redis.
 func (r *Rule) Fail(err error) *Rule {
-	r.f.mu.Lock()
-	r.err = err
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() { r.err = err })
 }
 
 // LoseReply lets matched commands run on the server and then fails them
 // with err, as when a connection breaks after a command was sent.
 func (r *Rule) LoseReply(err error) *Rule {
-	r.f.mu.Lock()
-	r.lost = err
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() { r.lost = err })
 }
 
 // Resend runs matched commands twice and gives the caller the second
@@ -139,19 +141,13 @@ func (r *Rule) LoseReply(err error) *Rule {
 // or LoseReply rule with Times meets it: otherwise the rule is spent on
 // the EVALSHA that fails with NOSCRIPT, not on the EVAL that runs.
 func (r *Rule) Resend() *Rule {
-	r.f.mu.Lock()
-	r.resend = true
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() { r.resend = true })
 }
 
 // Between makes a Resend rule run fn between the two runs of a matched
 // command, as when other clients' commands land before go-redis resends.
 func (r *Rule) Between(fn func()) *Rule {
-	r.f.mu.Lock()
-	r.between = fn
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() { r.between = fn })
 }
 
 // LoseFirstWrite makes go-redis seem to write matched commands twice,
@@ -162,28 +158,19 @@ func (r *Rule) Between(fn func()) *Rule {
 // command is sent and runs once. A pipeline with a matched command goes
 // so as a whole.
 func (r *Rule) LoseFirstWrite() *Rule {
-	r.f.mu.Lock()
-	r.lostWrite = true
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() { r.lostWrite = true })
 }
 
 // Delay holds matched commands for d before sending them (or until their
 // context ends).
 func (r *Rule) Delay(d time.Duration) *Rule {
-	r.f.mu.Lock()
-	r.delay = d
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() { r.delay = d })
 }
 
 // Hold blocks matched commands until Release is called (or their context
 // ends), so a test can pause a caller at a chosen point.
 func (r *Rule) Hold() *Rule {
-	r.f.mu.Lock()
-	r.hold = make(chan struct{})
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() { r.hold = make(chan struct{}) })
 }
 
 // HoldReply lets matched commands run on the server and then blocks
@@ -191,11 +178,10 @@ func (r *Rule) Hold() *Rule {
 // gets its context's error, as when a reply is still on its way when the
 // caller gives up: the command took effect, the caller does not know it.
 func (r *Rule) HoldReply() *Rule {
-	r.f.mu.Lock()
-	r.hold = make(chan struct{})
-	r.after = true
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() {
+		r.hold = make(chan struct{})
+		r.after = true
+	})
 }
 
 // Release lets commands blocked by Hold or HoldReply go on, and stops
@@ -213,10 +199,7 @@ func (r *Rule) Release() {
 // Times limits the rule to the next n matched commands; later ones pass
 // through (and are still counted).
 func (r *Rule) Times(n int) *Rule {
-	r.f.mu.Lock()
-	r.times = n
-	r.f.mu.Unlock()
-	return r
+	return r.set(func() { r.times = n })
 }
 
 // Off stops the rule from affecting commands; it still counts them.
