@@ -44,15 +44,12 @@ func (c *SendCount) String() string { return string(c.v) }
 // a run before the one whose reply the caller has may have happened.
 func (c *SendCount) Resent() bool { return c.n.Load() > 1 }
 
-// notRun takes back one write, whose reply said the script did not run.
-func (c *SendCount) notRun() { c.n.Add(-1) }
-
 // notRun takes back one write of each SendCount in args: the command was
 // answered NOSCRIPT, so that write ran nothing.
 func notRun(args []any) {
 	for _, a := range args {
 		if c, ok := a.(*SendCount); ok {
-			c.notRun()
+			c.n.Add(-1)
 		}
 	}
 }
