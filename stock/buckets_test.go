@@ -210,8 +210,8 @@ func raceToSettle(t *testing.T, c *Counter, rdb RedisClient) (item, alice string
 	l = c.layoutFor(item, n)
 	o = Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
 	for _, k := range []int{1, 2} {
-		args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
-		if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline, 0, n)); err != nil || res[0] != codeReserved {
+		args := append(takeScript.Args(3, 10), l.buckets[k].keys[:]...)
+		if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline, 0, n, "0")); err != nil || res[0] != codeReserved {
 			t.Fatalf("take in %d: %v %v", k, res, err)
 		}
 	}
@@ -244,6 +244,26 @@ func TestOnlyTheHoldingBucketIsHeeded(t *testing.T) {
 		if a.Sold != 1 || a.Buckets[1].Available != 1 || a.Buckets[2].Sold != 1 {
 			t.Fatalf("after the race: %+v", a)
 		}
+	})
+}
+
+func TestACallThatSettlesOntoAHoldThatEndedIsToldItWasReturned(t *testing.T) {
+	// Two calls for alice's order found it held in bucket 2 (one took the
+	// unit, the other was told it was there); the first settled the claim
+	// and the order was cancelled. The second, settling late onto the same
+	// bucket, must not report the order reserved.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item, alice, l, o, deadline := raceToSettle(t, c, rdb)
+		if err := c.Cancel(ctx, item, o.ID, alice); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, true); !errors.Is(err, ErrReturned) {
+			t.Fatalf("the late settle: %+v %v, want ErrReturned", r, err)
+		}
+		mustAudit(t, c, item)
 	})
 }
 

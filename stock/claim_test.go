@@ -3,6 +3,7 @@ package stock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -212,11 +213,11 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 			t.Fatalf("claim: %v %v", res, err)
 		}
 		deadline := res[1]
-		targs := append(takeScript.Args(3, 9), l.buckets[0].keys[:]...)
-		if res, err := takeScript.Ints(ctx, rdb, append(targs, o.ID, alice, 1, deadline, 1, 2)); err != nil || res[0] != codeReserved {
+		targs := append(takeScript.Args(3, 10), l.buckets[0].keys[:]...)
+		if res, err := takeScript.Ints(ctx, rdb, append(targs, o.ID, alice, 1, deadline, 1, 2, "0")); err != nil || res[0] != codeReserved {
 			t.Fatalf("take: %v %v", res, err)
 		}
-		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, ErrSoldOut); !errors.Is(err, ErrSoldOut) {
+		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut); !errors.Is(err, ErrSoldOut) {
 			t.Fatalf("the refusing call: %v", err)
 		}
 		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true); !errors.Is(err, ErrReturned) {
@@ -251,5 +252,137 @@ func TestALateResumerFindsTheWinnersReservationNotAReturnedHold(t *testing.T) {
 		if a.Buckets[1].Available != 1 || a.Buckets[2].Held != 1 {
 			t.Fatalf("after the race: %+v", a)
 		}
+	})
+}
+
+// takeIn matches the take script's calls on bucket k of l.
+func takeIn(l *layout, k int) redistest.Match {
+	isTake := redistest.Script(takeScript.Hash())
+	return func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		return isTake(cmd) && len(args) > 3 && args[3] == l.buckets[k].keys[0]
+	}
+}
+
+func TestARetryFindsTheUnitsItsFirstAttemptTookBeforeTakingMore(t *testing.T) {
+	// Three buckets of one unit. Buckets 0 and 1 are sold out; alice,
+	// homed in 0, claims there, finds bucket 1 empty and takes bucket 2's
+	// unit, and the reply is lost. Bucket 1 gets its unit back (a
+	// cancel) before her client retries. The retry must settle onto
+	// bucket 2's hold, not take bucket 1's unit as well.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		const n = 3
+		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
+		l := c.layoutFor(item, n)
+		if _, err := c.Reserve(ctx, item, order("f0", buyerHomedAt(0, n, "fay"))); err != nil {
+			t.Fatal(err)
+		}
+		bob := buyerHomedAt(1, n, "bob")
+		if r, err := c.Reserve(ctx, item, order("b1", bob)); err != nil || r.Bucket != 1 {
+			t.Fatalf("bob: %+v %v", r, err)
+		}
+		if err := rdb.ScriptLoad(ctx, takeScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		lost := f.On(takeIn(l, 2)).LoseReply(errDied).Times(1)
+		a1 := order("a1", buyerHomedAt(0, n, "alice"))
+		if _, err := c.Reserve(ctx, item, a1); !errors.Is(err, errDied) {
+			t.Fatalf("first attempt: %v, want the lost reply", err)
+		}
+		if lost.Hits() != 1 {
+			t.Fatalf("bucket 2's take ran %d times, want once", lost.Hits())
+		}
+		if err := c.Cancel(ctx, item, "b1", bob); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Reserve(ctx, item, a1)
+		if err != nil || r.Bucket != 2 || r.State != Held || !r.Replayed {
+			t.Fatalf("retry: %+v %v, want the hold in bucket 2 replayed", r, err)
+		}
+		wantLevels(t, c, item, Levels{Total: 3, Available: 1, Held: 2})
+		if r, err := c.Reserve(ctx, item, order("c1", buyerHomedAt(2, n, "cat"))); err != nil || r.Bucket != 1 {
+			t.Fatalf("the unit bob gave back: %+v %v, want it held for cat in bucket 1", r, err)
+		}
+	})
+}
+
+func TestTheHomeLooksAtItsOwnStockAgainBeforeSoldOut(t *testing.T) {
+	// Two buckets of one unit, both sold. bob, homed in 0, claims there
+	// and asks bucket 1, in vain; meanwhile a cancel gives bucket 0's unit
+	// back. The answer must be that unit, not sold out: for a fresh
+	// reservation, and for a retry that resumes a claim left by an attempt
+	// that died before it asked bucket 1.
+	for _, resumed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resumed=%v", resumed), func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				f := redistest.NewFaults()
+				g := newReplyGate(t, redistest.Script(takeScript.Hash()))
+				rdb := b.Client(t, f, g)
+				c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+				const n = 2
+				item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
+				ann, ben, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
+				for _, o := range []Order{order("a0", ann), order("b1", ben)} {
+					if _, err := c.Reserve(ctx, item, o); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if resumed {
+					f.On(redistest.Script(takeScript.Hash())).Fail(errDied).Times(1)
+					if _, err := c.Reserve(ctx, item, order("x", bob)); !errors.Is(err, errDied) {
+						t.Fatalf("first attempt: %v, want it dead before bucket 1", err)
+					}
+				}
+				g.armed.Store(true)
+				got := make(chan error, 1)
+				var r Reservation
+				go func() {
+					var err error
+					r, err = c.Reserve(ctx, item, order("x", bob))
+					got <- err
+				}()
+				<-g.ran // bob's call has asked bucket 1, and has not heard yet
+				if err := c.Cancel(ctx, item, "a0", ann); err != nil {
+					t.Fatal(err)
+				}
+				g.open()
+				if err := <-got; err != nil || r.Bucket != 0 || r.State != Held || r.Replayed != resumed {
+					t.Fatalf("bob: %+v %v, want the unit held in his home bucket 0", r, err)
+				}
+				wantLevels(t, c, item, Levels{Total: 2, Held: 2})
+				if err := c.Confirm(ctx, item, "x", bob); err != nil {
+					t.Fatal(err)
+				}
+				wantLevels(t, c, item, Levels{Total: 2, Held: 1, Sold: 1})
+			})
+		})
+	}
+}
+
+func TestAClaimThatRanOutNoLongerCountsAgainstItsBuyer(t *testing.T) {
+	// alice's first order died after its claim in her home (the empty
+	// bucket 1), and the claim ran out unswept. Her next order must not be
+	// refused for the per-buyer limit: the claim's unit is hers no more.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		f.On(redistest.Script(takeScript.Hash())).Fail(errDied).Times(1)
+		a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: shortHold}
+		if _, err := c.Reserve(ctx, item, a1); !errors.Is(err, errDied) {
+			t.Fatalf("first order: %v, want it dead after the claim", err)
+		}
+		waitPast(t, rdb, redisNow(t, rdb).Add(shortHold))
+		if r, err := c.Reserve(ctx, item, order("a2", alice)); err != nil || r.Bucket != 0 {
+			t.Fatalf("her next order: %+v %v, want bucket 0's unit", r, err)
+		}
+		wantLevels(t, c, item, Levels{Total: 1, Held: 1})
 	})
 }

@@ -22,7 +22,8 @@
 //
 // Run Sweep every second or so (from any number of processes) to return
 // holds whose time ran out; Reserve and Confirm also return the expired
-// holds they come across.
+// holds they come across (Reserve, when an order does not fit the stock
+// or the buyer's limit).
 //
 // # Why every step is one script
 //
@@ -93,7 +94,9 @@
 // (HMGET, TIME, HSET, ZADD), however many orders it carries.
 // All three keys are created by Create with the item's expiry (Item.TTL, 30
 // days by default), the list and the zset with an empty placeholder, so
-// that no later script ever creates a key without a TTL. An order's state
+// that no later script ever creates a key without a TTL. The scripts count
+// in Lua numbers, exact integers only up to 2^53, so totals, limits and
+// quantities stop at MaxUnits. An order's state
 // is H (held), S (sold), R (returned) or P (claimed, see below). In every
 // bucket, at every moment outside a script, available + held + sold ==
 // total; Audit checks that and recounts held and sold from the order
@@ -115,12 +118,20 @@
 // is empty, the script instead claims the units against the buyer there
 // (state P, with the hold's deadline), the other buckets are asked in turn
 // to hold them (take.lua), and the claim is settled in the home with the
-// bucket that had them, or dropped if none did. Reserve answers ErrSoldOut
-// only after every bucket refused. A retry that finds the claim still open
-// (the first call is at work, or died mid-way) resumes it: the other
-// buckets know the order by its id, the first settle wins, and a call that
-// loses gives back what it took. If nobody resumes, the claim and any
-// units taken end at the deadline like any hold. Past the deadline a claim
+// bucket that had them. If none did, the home has a last look at its own
+// stock, which a cancel or a sweep may have refilled meanwhile, and holds
+// the units itself, or drops the claim: Reserve answers ErrSoldOut only
+// after every bucket refused, the home last. A retry that finds the claim
+// still open (the first call is at work, or died mid-way) resumes it. It
+// first asks every other bucket whether it holds the order already (the
+// first call may have taken the units and lost the reply), and settles
+// onto such a hold; only then does it ask for units. The first settle
+// wins, and a call that loses gives back what it took. If nobody resumes,
+// the claim and any units taken end at the deadline like any hold; so do
+// units a first call took after its retry had looked and before the first
+// call died, the one case in which an order holds units in two buckets
+// for a while (never sells them twice: Confirm goes to the bucket the
+// home recorded). Past the deadline a claim
 // is never settled, resumed or answered as pending: settle and Reserve end
 // it as the sweep would, a bucket whose hold for it ended does not offer
 // that hold again, and the order is reported returned. Confirm and Cancel

@@ -50,7 +50,11 @@ func (c *Counter) Confirm(ctx context.Context, item, orderID, buyer string) erro
 // being reserved. Cancelling a returned order again returns nil.
 func (c *Counter) Cancel(ctx context.Context, item, orderID, buyer string) error {
 	err := c.finish(ctx, item, orderID, buyer, cancelScript, "R")
-	if err == nil {
+	if !errors.Is(err, ErrInvalid) {
+		// Cleared whatever the outcome: an error may come after the units
+		// went back (the news to the buyer's home bucket failed, or a
+		// resent cancel found its own first run's work), and a needless
+		// clear costs one order a trip to Redis.
 		c.clearSoldOut(item)
 	}
 	return err
@@ -158,16 +162,19 @@ func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error
 		if err != nil {
 			return fmt.Errorf("stock: sweep %q: %w", item, err)
 		}
-		if len(res) < 2 {
-			return fmt.Errorf("stock: sweep %q: unexpected reply %v", item, res)
+		var first int64
+		if len(res) > 0 {
+			first, _ = res[0].(int64)
 		}
-		first, _ := res[0].(int64)
-		switch first {
-		case codeReroute:
+		switch {
+		case first == codeReroute:
 			c.forget(item)
 			return errReroute
-		case codeUnknownItem:
+		case first == codeUnknownItem:
+			c.forget(item)
 			return fmt.Errorf("%w: %q", ErrUnknownItem, item)
+		case len(res) < 2:
+			return fmt.Errorf("stock: sweep %q: unexpected reply %v", item, res)
 		}
 		units += first
 		for _, e := range res[2:] {

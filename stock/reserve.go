@@ -15,7 +15,7 @@ type Order struct {
 	ID string
 	// Buyer is who the per-buyer limit counts against.
 	Buyer string
-	// Quantity is the number of units (> 0).
+	// Quantity is the number of units, from 1 to MaxUnits.
 	Quantity int64
 	// Hold is how long the units stay reserved without Confirm; then they
 	// return to stock. At least a millisecond.
@@ -59,9 +59,10 @@ type Reservation struct {
 	Deadline time.Time
 	// Bucket is the index of the bucket holding the units.
 	Bucket int
-	// Replayed is true when the order had been reserved by an earlier call
-	// (or by an earlier attempt of this one, whose reply was lost): this
-	// attempt deducted nothing and returns that reservation.
+	// Replayed is true when the order had been reserved, or its
+	// reservation begun, by an earlier call (or by an earlier attempt of
+	// this one, whose reply was lost): this attempt returns, or finishes,
+	// that reservation, and the order's units are deducted once in all.
 	Replayed bool
 }
 
@@ -74,8 +75,8 @@ func checkOrder(item string, o Order) error {
 		return fmt.Errorf("%w: empty order id", ErrInvalid)
 	case o.Buyer == "":
 		return fmt.Errorf("%w: empty buyer", ErrInvalid)
-	case o.Quantity <= 0:
-		return fmt.Errorf("%w: quantity %d", ErrInvalid, o.Quantity)
+	case o.Quantity <= 0 || o.Quantity > MaxUnits:
+		return fmt.Errorf("%w: quantity %d not in [1, MaxUnits]", ErrInvalid, o.Quantity)
 	case o.Hold < time.Millisecond:
 		return fmt.Errorf("%w: hold %v is below 1ms", ErrInvalid, o.Hold)
 	}
@@ -160,36 +161,53 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 // reserveElsewhere finishes a reservation whose home bucket had no stock:
 // the units are claimed against the buyer there until deadline. It asks
 // the other buckets in turn and settles the claim with the first that
-// holds the units, or drops it when none has them. resumed is true when
-// another call made the claim.
+// holds the units; when none has them, the home has a last look at its
+// own stock before the claim is dropped. resumed is true when another call
+// made the claim: that call may have taken the units somewhere and lost
+// the reply, so every bucket is first asked whether it holds the order
+// (take.lua).
 func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool) (Reservation, error) {
-	for i := 1; i < l.n; i++ {
-		k := (h + i) % l.n
-		args := append(takeScript.Args(3, 9), l.buckets[k].keys[:]...)
-		args = append(args, o.ID, o.Buyer, o.Quantity, deadline, h, l.n)
-		res, err := c.call(ctx, item, takeScript, args)
-		if err != nil {
-			// The claim ends at its deadline; a hold taken by a lost reply
-			// ends with it.
-			return Reservation{}, err
-		}
-		switch res[0] {
-		case codeEmpty:
+	for pass := range 2 {
+		look := pass == 0
+		if look && !resumed {
 			continue
-		case codeOrderTaken:
-			return c.dropClaim(ctx, item, l, h, -1, o, deadline, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID))
-		case codeClaimOver:
-			// The deadline passed, or k's hold for the order ended: k is not
-			// where the order is held, though another call may have settled
-			// it elsewhere.
-			return c.dropClaim(ctx, item, l, h, k, o, deadline, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
-		case codeReserved, codeReplayed:
-			return c.settle(ctx, item, l, h, k, o, deadline, resumed)
-		default:
-			return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
+		}
+		for i := 1; i < l.n; i++ {
+			k := (h + i) % l.n
+			args := append(takeScript.Args(3, 10), l.buckets[k].keys[:]...)
+			args = append(args, o.ID, o.Buyer, o.Quantity, deadline, h, l.n, lookArg(look))
+			res, err := c.call(ctx, item, takeScript, args)
+			if err != nil {
+				// The claim ends at its deadline; a hold taken by a lost reply
+				// ends with it.
+				return Reservation{}, err
+			}
+			switch res[0] {
+			case codeUnknownOrder, codeEmpty:
+				continue
+			case codeOrderTaken:
+				return c.dropClaim(ctx, item, l, h, -1, o, deadline, resumed, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID))
+			case codeClaimOver:
+				// The deadline passed, or k's hold for the order ended: k is not
+				// where the order is held, though another call may have settled
+				// it elsewhere.
+				return c.dropClaim(ctx, item, l, h, k, o, deadline, resumed, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
+			case codeReserved, codeReplayed:
+				return c.settle(ctx, item, l, h, k, o, deadline, resumed || res[0] == codeReplayed)
+			default:
+				return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
+			}
 		}
 	}
-	return c.dropClaim(ctx, item, l, h, -1, o, deadline, fmt.Errorf("%w: %q", ErrSoldOut, item))
+	return c.dropClaim(ctx, item, l, h, holdAtHome, o, deadline, resumed, fmt.Errorf("%w: %q", ErrSoldOut, item))
+}
+
+// lookArg is take.lua's ARGV[7]: look for the order, or take its units.
+func lookArg(look bool) string {
+	if look {
+		return "1"
+	}
+	return "0"
 }
 
 // settle records in the home bucket that bucket k holds the order's
@@ -210,6 +228,11 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 	case res[0] == codeClaimOver && len(res) == 3:
 		settled, state := int(res[1]), State(res[2])
 		if settled == k {
+			if state == Returned {
+				// Another call settled the claim here, and the hold has ended
+				// since: nothing of k's is this call's to give back.
+				return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
+			}
 			r.State = state
 			return r, nil
 		}
@@ -227,16 +250,28 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 	return Reservation{}, fmt.Errorf("stock: settle %q: unexpected reply %v", item, res)
 }
 
+// holdAtHome is dropClaim's over when no other bucket had the units:
+// settle.lua then holds them in the home if it has them by now.
+const holdAtHome = -2
+
 // dropClaim ends the claim in the home bucket, releasing the buyer's
 // allowance, and returns why. If another call settled the claim first onto
 // a hold or sale in a bucket other than over (the bucket that said the
 // order's hold there ended, or -1), the order is reserved after all: that
-// reservation is returned instead.
-func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over int, o Order, deadline int64, why error) (Reservation, error) {
+// reservation is returned instead. With over holdAtHome, the home holds
+// the units instead if it has them.
+func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over int, o Order, deadline int64, resumed bool, why error) (Reservation, error) {
 	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
-	res, err := c.call(ctx, item, settleScript, append(args, o.ID, -1, l.n))
+	drop := -1
+	if over == holdAtHome {
+		drop = holdAtHome
+	}
+	res, err := c.call(ctx, item, settleScript, append(args, o.ID, drop, l.n))
 	if err != nil {
 		return Reservation{}, errors.Join(why, err)
+	}
+	if over == holdAtHome && res[0] == codeReserved {
+		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: h, Replayed: resumed}, nil
 	}
 	if res[0] == codeClaimOver && len(res) == 3 && res[1] >= 0 && int(res[1]) != over {
 		if state := State(res[2]); state == Held || state == Sold {

@@ -170,10 +170,11 @@ local function decide(i, r)
   end
 
   local used = tonumber(val[bfield] or s[f + 1]) or 0
-  if not drained and held > 0 and (available < q or (limit > 0 and used + q > limit)) then
-    -- Holds that ran out count as held until swept. Sweep a few here, so
-    -- their units (and their buyers' allowances) come back without waiting
-    -- for Sweep.
+  if not drained and ((held > 0 and available < q) or (limit > 0 and used + q > limit)) then
+    -- Holds that ran out count as held until swept, and claims that ran
+    -- out (which held does not count) against their buyers. Sweep a few
+    -- here, so their units and their buyers' allowances come back without
+    -- waiting for Sweep.
     flush()
     local units, claims = records().sweep(now, 16, self, limit)
     if units + claims > 0 then

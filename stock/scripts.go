@@ -71,4 +71,5 @@ const (
 	codeElsewhere    = -10
 	codeReturned     = -11
 	codeSold         = -12
+	codeTooMany      = -13
 )

@@ -4,11 +4,14 @@
 --
 -- KEYS     the home bucket's three keys (records.lua)
 -- ARGV[1]  order id
--- ARGV[2]  index of the bucket holding the units, or -1 if none had them
+-- ARGV[2]  index of the bucket holding the units; -1 to drop the claim;
+--          -2 when no other bucket had them: hold them here if this
+--          bucket has them now, else drop the claim
 -- ARGV[3]  the number of buckets the caller routed with
 --
 -- Reply, an array of integers:
---   {1}            settled: the order is held in that bucket
+--   {1}            settled: the order is held in that bucket (with -2:
+--                  here, until the claim's deadline)
 --   {-1}           the claim is dropped and the buyer's allowance released
 --   {-8, bucket, state}  the claim is no longer open: another call settled
 --                  it (bucket holds the units; state 1 held, 2 sold, 3
@@ -29,12 +32,30 @@ end
 if r.st ~= R.CLAIMED then
   return {-8, r.stock, R.STATE_CODE[r.st]}
 end
-if r.deadline <= R.now_ms() then
+local now = R.now_ms()
+if r.deadline <= now then
   -- Too late: the hold taken for the claim has the same deadline, so it is
   -- returned, or will be at the next sweep of its bucket. Settling onto it
   -- would report a hold that is gone. End the claim as the sweep would.
   R.end_claim(order, r, limit)
   return {-8, -1, 3}
+end
+if k == -2 then
+  -- The other buckets were asked one after another, and units may have
+  -- come back here meanwhile (a cancel, a sweep): a sold-out answer while
+  -- this bucket has them would turn the buyer away for nothing. The claim
+  -- becomes a hold here with its deadline (its entry in due stays).
+  local c = redis.call('HMGET', KEYS[1], 'available', 'held')
+  local available, held = tonumber(c[1]), tonumber(c[2])
+  if available < r.q and held > 0 and R.sweep(now, 16, self, limit) > 0 then
+    c = redis.call('HMGET', KEYS[1], 'available', 'held')
+    available, held = tonumber(c[1]), tonumber(c[2])
+  end
+  if available >= r.q then
+    r.st, r.stock = R.HELD, self
+    redis.call('HSET', KEYS[1], 'available', available - r.q, 'held', held + r.q, 'o:' .. order, R.encode(r))
+    return {1}
+  end
 end
 redis.call('ZREM', KEYS[2], order)
 if k < 0 then

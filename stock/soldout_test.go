@@ -107,9 +107,13 @@ func TestARefusalThatArrivesAfterACancelOnTheSameCounterDoesNotHideTheReturnedUn
 			name    string
 			buckets int
 			refuser string // the script whose empty reply is held back
+			// cancelled is the bucket whose unit comes back once the
+			// refuser found it empty: with two, bucket 1, which bob asked
+			// last (his home has a last look at its own stock).
+			cancelled int
 		}{
-			{"1 bucket", 1, reserveScript.Hash()},
-			{"2 buckets", 2, takeScript.Hash()},
+			{"1 bucket", 1, reserveScript.Hash(), 0},
+			{"2 buckets", 2, takeScript.Hash(), 1},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := context.Background()
@@ -130,7 +134,8 @@ func TestARefusalThatArrivesAfterACancelOnTheSameCounterDoesNotHideTheReturnedUn
 					refused <- err
 				}()
 				<-g.ran // Redis found nothing for bob; he has not heard yet.
-				if err := c.Cancel(ctx, item, "a0", buyerHomedAt(0, n, "ann")); err != nil {
+				k := tc.cancelled
+				if err := c.Cancel(ctx, item, fmt.Sprint("a", k), buyerHomedAt(k, n, "ann")); err != nil {
 					t.Fatal(err)
 				}
 				g.open()
@@ -287,4 +292,29 @@ func TestTheSoldOutCacheDropsMarksThatRanOutAsItGrows(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestACancelWhoseNewsFailsToReachTheHomeStillClearsTheSoldOutMark(t *testing.T) {
+	// alice's unit is held in bucket 0 and her home is bucket 1. Her
+	// cancel returns the unit in bucket 0, then fails to tell bucket 1:
+	// Cancel errs, but the unit is back, and the mark must not hide it.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f), WithSoldOutCache(time.Hour))
+		item, alice := claimItem(t, c)
+		if r, err := c.Reserve(ctx, item, order("a1", alice)); err != nil || r.Bucket != 0 {
+			t.Fatalf("alice: %+v %v", r, err)
+		}
+		if _, err := c.Reserve(ctx, item, order("b1", "bob")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("bob: %v, want ErrSoldOut", err)
+		}
+		f.On(redistest.Script(mirrorScript.Hash())).Fail(errDied).Times(1)
+		if err := c.Cancel(ctx, item, "a1", alice); !errors.Is(err, errDied) {
+			t.Fatalf("Cancel: %v, want the failed news", err)
+		}
+		if _, err := c.Reserve(ctx, item, order("c1", "cat")); err != nil {
+			t.Fatalf("the unit the cancel returned: %v", err)
+		}
+	})
 }

@@ -37,6 +37,11 @@ const DefaultItemTTL = 30 * 24 * time.Hour
 // MaxBuckets bounds Item.Buckets.
 const MaxBuckets = 1024
 
+// MaxUnits bounds an item's total (and each bucket's, after restocks),
+// the per-buyer limit and an order's quantity: the scripts count in Lua
+// numbers, which are exact integers only up to 2^53.
+const MaxUnits = 1<<53 - 1
+
 // Counter keeps the stock of items in Redis: it reserves units for orders,
 // sells or returns them, and audits the counts. It is safe for concurrent
 // use; create one per process and share it.
@@ -112,10 +117,10 @@ func (c *Counter) Create(ctx context.Context, item string, spec Item) (bool, err
 		return false, err
 	}
 	switch {
-	case spec.Total < 0:
-		return false, fmt.Errorf("%w: total %d is negative", ErrInvalid, spec.Total)
-	case spec.PerBuyer < 0:
-		return false, fmt.Errorf("%w: per-buyer limit %d is negative", ErrInvalid, spec.PerBuyer)
+	case spec.Total < 0 || spec.Total > MaxUnits:
+		return false, fmt.Errorf("%w: total %d not in [0, MaxUnits]", ErrInvalid, spec.Total)
+	case spec.PerBuyer < 0 || spec.PerBuyer > MaxUnits:
+		return false, fmt.Errorf("%w: per-buyer limit %d not in [0, MaxUnits]", ErrInvalid, spec.PerBuyer)
 	case spec.Buckets < 0 || spec.Buckets > MaxBuckets:
 		return false, fmt.Errorf("%w: buckets %d not in [0, %d]", ErrInvalid, spec.Buckets, MaxBuckets)
 	case spec.TTL < 0 || (spec.TTL > 0 && spec.TTL < time.Millisecond):
@@ -162,13 +167,16 @@ func splitShare(units int64, n, k int) int64 {
 	return share
 }
 
-// Restock adds units to the item's stock (split over its buckets).
+// Restock adds units to the item's stock (split over its buckets). A
+// restock that would take a bucket's total past MaxUnits is refused there
+// with an error wrapping ErrInvalid; the buckets before it keep their
+// share.
 func (c *Counter) Restock(ctx context.Context, item string, units int64) error {
 	if err := checkItem(item); err != nil {
 		return err
 	}
-	if units <= 0 {
-		return fmt.Errorf("%w: restock of %d units", ErrInvalid, units)
+	if units <= 0 || units > MaxUnits {
+		return fmt.Errorf("%w: restock of %d units not in [1, MaxUnits]", ErrInvalid, units)
 	}
 	id := rand.Text()
 	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
@@ -176,8 +184,11 @@ func (c *Counter) Restock(ctx context.Context, item string, units int64) error {
 		if share == 0 {
 			return nil
 		}
-		args := append(restockScript.Args(3, 6), b.keys[:]...)
-		_, err := c.call(ctx, item, restockScript, append(args, share, l.n, id))
+		args := append(restockScript.Args(3, 7), b.keys[:]...)
+		res, err := c.call(ctx, item, restockScript, append(args, share, l.n, id, int64(MaxUnits)))
+		if err == nil && res[0] == codeTooMany {
+			err = fmt.Errorf("%w: restock of %q: bucket %d would hold more than MaxUnits", ErrInvalid, item, b.index)
+		}
 		return err
 	})
 	c.clearSoldOut(item)

@@ -300,7 +300,35 @@ func TestRestockAndDelete(t *testing.T) {
 			if _, err := c.Reserve(ctx, item, order("o", "alice")); !errors.Is(err, ErrUnknownItem) {
 				t.Fatalf("Reserve after Delete: %v, want ErrUnknownItem", err)
 			}
+			if _, err := c.Sweep(ctx, item, 10); !errors.Is(err, ErrUnknownItem) {
+				t.Fatalf("Sweep after Delete: %v, want ErrUnknownItem", err)
+			}
 		}
+	})
+}
+
+func TestCountsStayExactUpToMaxUnits(t *testing.T) {
+	// The scripts count in doubles: every count up to MaxUnits must come
+	// out to the unit, and no restock may take a bucket past it.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newCounter(t, b.Client(t))
+		item := newItem(t, c, Item{Total: MaxUnits - 1})
+		big := Order{ID: "big", Buyer: "b", Quantity: MaxUnits - 2, Hold: time.Minute}
+		if _, err := c.Reserve(ctx, item, big); err != nil {
+			t.Fatal(err)
+		}
+		wantLevels(t, c, item, Levels{Total: MaxUnits - 1, Available: 1, Held: MaxUnits - 2})
+		if err := c.Restock(ctx, item, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Restock(ctx, item, 1); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("a restock past MaxUnits: %v, want ErrInvalid", err)
+		}
+		if err := c.Cancel(ctx, item, big.ID, big.Buyer); err != nil {
+			t.Fatal(err)
+		}
+		wantLevels(t, c, item, Levels{Total: MaxUnits, Available: MaxUnits})
 	})
 }
 
@@ -318,6 +346,7 @@ func TestInvalidInputNeverReachesRedis(t *testing.T) {
 			"negative qty":  {ID: "o", Buyer: "b", Quantity: -1, Hold: time.Second},
 			"zero hold":     {ID: "o", Buyer: "b", Quantity: 1},
 			"tiny hold":     {ID: "o", Buyer: "b", Quantity: 1, Hold: time.Microsecond},
+			"huge quantity": {ID: "o", Buyer: "b", Quantity: MaxUnits + 1, Hold: time.Second},
 		} {
 			if _, err := c.Reserve(ctx, "item", o); !errors.Is(err, ErrInvalid) {
 				t.Errorf("Reserve with %s: %v, want ErrInvalid", name, err)
@@ -333,6 +362,8 @@ func TestInvalidInputNeverReachesRedis(t *testing.T) {
 			"negative limit": {Total: 1, PerBuyer: -1},
 			"too many":       {Total: 1, Buckets: MaxBuckets + 1},
 			"negative ttl":   {Total: 1, TTL: -time.Second},
+			"huge total":     {Total: MaxUnits + 1},
+			"huge limit":     {Total: 1, PerBuyer: MaxUnits + 1},
 		} {
 			if _, err := c.Create(ctx, "item", spec); !errors.Is(err, ErrInvalid) {
 				t.Errorf("Create with %s: %v, want ErrInvalid", name, err)
@@ -344,8 +375,10 @@ func TestInvalidInputNeverReachesRedis(t *testing.T) {
 		if err := c.Cancel(ctx, "item", "o", ""); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Cancel with empty buyer: %v", err)
 		}
-		if err := c.Restock(ctx, "item", 0); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Restock of 0: %v", err)
+		for _, units := range []int64{0, MaxUnits + 1} {
+			if err := c.Restock(ctx, "item", units); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Restock of %d: %v", units, err)
+			}
 		}
 		if _, err := c.Sweep(ctx, "item", 0); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Sweep of 0: %v", err)

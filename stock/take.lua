@@ -8,8 +8,11 @@
 -- ARGV[4]  the claim's deadline (ms, Redis clock): the hold ends with it
 -- ARGV[5]  the home bucket's index
 -- ARGV[6]  the number of buckets the caller routed with
+-- ARGV[7]  '1' to only look for the order here (a resumed claim, below),
+--          '0' to take the units
 --
 -- Reply, an array of integers:
+--   {-9}           looking: this bucket does not know the order
 --   {1}            held here until the deadline
 --   {2, state}     this bucket already holds the order (a repeated call,
 --                  state 1), or sold it (state 2: another call settled the
@@ -20,6 +23,12 @@
 --                  bucket's hold for the order ended (returned, or past its
 --                  deadline and about to be)
 --   {-6, n} / {-7} route again with n buckets / no such item
+--
+-- A call that resumes another's claim looks in every bucket before it
+-- takes from any: the call that made the claim may have taken the units in
+-- one and lost the reply, and a take from a bucket earlier in the walk
+-- would then hold the order's units twice, the first hold keeping them from
+-- every buyer until the deadline.
 --
 -- A hold here that has ended is not replayed: the caller would settle the
 -- claim onto it and report units held that are back in stock, and the
@@ -41,6 +50,9 @@ if c[3] then
     return {2, R.STATE_CODE[r.st]}
   end
   return {-8}
+end
+if ARGV[7] == '1' then
+  return {-9}
 end
 
 if deadline <= now then
