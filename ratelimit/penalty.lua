@@ -60,9 +60,12 @@ if left > 0 then
   return {1, left, 0}
 end
 
+-- A count in the last millisecond of its window has a PTTL of 0: its
+-- window is over, and its hits must not carry into the next one (the SET
+-- below would give them a whole new window).
 local ttl = redis.call('PTTL', KEYS[1])
 local hits = 0
-if ttl ~= -2 then
+if ttl == -1 or ttl > 0 then
   local v = redis.call('GET', KEYS[1]) or ''
   local n, last = string.match(v, '^(%d+):(.*)$')
   hits = tonumber(n or v) or 0

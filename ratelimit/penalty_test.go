@@ -134,6 +134,35 @@ func TestPenaltyWindowEnds(t *testing.T) {
 	})
 }
 
+func TestAHitInAWindowsLastMillisecondStartsTheNextAfresh(t *testing.T) {
+	// A count in the last millisecond of its window reads PTTL 0. A hit
+	// then must start a new window at 1, not carry the old window's hits
+	// into a whole new one: a client hitting steadily below the threshold
+	// would be banned in the end. Only miniredis's clock can be stopped
+	// within that millisecond.
+	b := redistest.Open(t, redistest.Mini)
+	rdb := b.Client(t)
+	l := newLimiter(t, rdb)
+	key := redistest.Key(t)
+	p := Penalty{Threshold: 3, Window: time.Minute, Ban: time.Hour}
+	count, _, _ := l.penaltyKeys(key, p)
+	m := b.Miniredis()
+	m.SetTime(time.Now()) // stops the clock that TTLs follow
+	if err := m.Set(count, "3:someone"); err != nil {
+		t.Fatal(err)
+	}
+	m.SetTTL(count, 500*time.Microsecond)
+	if ttl, err := rdb.PTTL(context.Background(), count).Result(); err != nil || ttl != 0 {
+		t.Fatalf("PTTL of the count: %v %v, want 0", ttl, err)
+	}
+	if v := mustHit(t, l, key, p); v.Banned || v.Hits != 1 {
+		t.Fatalf("a hit as the window ends: %+v, want the first of a new window", v)
+	}
+	if ttl := m.TTL(count); ttl != p.Window {
+		t.Fatalf("the new window's count has TTL %v, want a whole window, %v", ttl, p.Window)
+	}
+}
+
 func TestPenaltyKeysAlwaysHaveATTL(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
@@ -337,7 +366,7 @@ func TestPenaltyInvalidInputNeverReachesRedis(t *testing.T) {
 			t.Errorf("Pardon, %s: %v, want ErrInvalid", name, err)
 		}
 	}
-	for _, key := range []string{"", "a{}b", "a{b"} {
+	for _, key := range []string{"", "a{}b", "a{b", "}x"} {
 		if _, err := l.Hit(ctx, key, ok); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Hit %q: %v, want ErrInvalid", key, err)
 		}
