@@ -394,6 +394,7 @@ func TestInvalidInputNeverReachesRedis(t *testing.T) {
 		"too exact":       func() error { _, err := l.Allow(ctx, "k", Per(1<<40, 24*time.Hour)); return err },
 		"empty key":       func() error { _, err := l.Allow(ctx, "", PerSecond(1)); return err },
 		"empty tag":       func() error { _, err := l.Allow(ctx, "a{}b", PerSecond(1)); return err },
+		"leading brace":   func() error { _, err := l.Allow(ctx, "}x", PerSecond(1)); return err },
 		"bad algorithm":   func() error { _, err := l.Allow(ctx, "k", PerSecond(1).Using(Algorithm(9))); return err },
 		"no checks":       func() error { _, err := l.AllowAll(ctx, 1); return err },
 		"cross slot": func() error {

@@ -94,13 +94,18 @@ func crc16(s string) int {
 // OwnTag reports whether key carries its own non-empty hash tag ({...}),
 // which then decides its slot; a key without one is meant to become its own
 // tag. A key with a '{' but no non-empty tag after it is an error: it would
-// hash whole, apart from whatever the caller meant to group it with.
+// hash whole, apart from whatever the caller meant to group it with. So is
+// a key without a '{' that starts with '}': wrapped in braces it would
+// leave an empty tag, and its keys would hash apart.
 func OwnTag(key string) (bool, error) {
 	if key == "" {
 		return false, errors.New("empty key")
 	}
 	i := strings.IndexByte(key, '{')
 	if i < 0 {
+		if key[0] == '}' {
+			return false, fmt.Errorf("key %q starts with '}', which would leave it an empty {tag}", key)
+		}
 		return false, nil
 	}
 	if j := strings.IndexByte(key[i+1:], '}'); j <= 0 {

@@ -120,7 +120,7 @@ func TestTaggedKeepsAKeysOwnTagAndWrapsAnyOther(t *testing.T) {
 	if Slot(a) != Slot(b) {
 		t.Errorf("%q and %q hash apart", a, b)
 	}
-	for _, key := range []string{"", "a{b", "a{}b"} {
+	for _, key := range []string{"", "a{b", "a{}b", "}x"} {
 		if _, err := Tagged("p:", key, ""); err == nil {
 			t.Errorf("Tagged(%q) accepted", key)
 		}
