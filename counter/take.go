@@ -10,6 +10,10 @@ import (
 	"github.com/surgekit/surge/internal/script"
 )
 
+// MaxValue bounds a Limit's Cap and an Op's N: the scripts count in Lua
+// numbers, which are exact integers only up to 2^53.
+const MaxValue = 1<<53 - 1
+
 // Limit is a capped count: what is counted (Key), the most it may reach
 // (Cap), and when it starts again (Window).
 type Limit struct {
@@ -18,8 +22,8 @@ type Limit struct {
 	// "{user:42}:draws" and "{user:42}:wins". A key without a tag becomes
 	// its own.
 	Key string
-	// Cap is the most the count may reach within one period. Zero admits
-	// nothing; it may not be negative.
+	// Cap is the most the count may reach within one period, from 0 (which
+	// admits nothing) to MaxValue.
 	Cap int64
 	// Window decides when the count starts again at zero. The zero Window
 	// never does.
@@ -35,7 +39,7 @@ type Limit struct {
 // Op is one count of a Take call: add N to Limit's count.
 type Op struct {
 	Limit
-	// N is what to add, at least 1.
+	// N is what to add, from 1 to MaxValue.
 	N int64
 	// Optional makes the count one that is made only if it fits under its
 	// cap, and that never refuses the call: "count the draw, and the win
@@ -278,10 +282,10 @@ func placeBase(base string, w Window, now time.Time) placement {
 // check reports why op cannot be counted, or nil.
 func (op Op) check() error {
 	switch {
-	case op.N < 1:
-		return fmt.Errorf("%w: count %q: n %d must be at least 1", ErrInvalid, op.Key, op.N)
-	case op.Cap < 0:
-		return fmt.Errorf("%w: count %q: cap %d must not be negative", ErrInvalid, op.Key, op.Cap)
+	case op.N < 1 || op.N > MaxValue:
+		return fmt.Errorf("%w: count %q: n %d not in [1, MaxValue]", ErrInvalid, op.Key, op.N)
+	case op.Cap < 0 || op.Cap > MaxValue:
+		return fmt.Errorf("%w: count %q: cap %d not in [0, MaxValue]", ErrInvalid, op.Key, op.Cap)
 	case op.TTL < 0:
 		return fmt.Errorf("%w: count %q: TTL %v must not be negative", ErrInvalid, op.Key, op.TTL)
 	case op.TTL == 0 && op.Window.kind == noWindow:

@@ -427,6 +427,9 @@ func TestBadCountsNeverReachRedis(t *testing.T) {
 		"negative n":   func() error { _, err := c.Incr(ctx, ok, -1); return err },
 		"empty key":    func() error { _, err := c.Incr(ctx, Limit{Cap: 1, TTL: time.Hour}, 1); return err },
 		"broken tag":   func() error { _, err := c.Incr(ctx, Limit{Key: "a{b", Cap: 1, TTL: time.Hour}, 1); return err },
+		"brace first":  func() error { _, err := c.Incr(ctx, Limit{Key: "}x", Cap: 1, TTL: time.Hour}, 1); return err },
+		"huge cap":     func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: MaxValue + 1, TTL: time.Hour}, 1); return err },
+		"huge n":       func() error { _, err := c.Incr(ctx, ok, MaxValue+1); return err },
 		"no expiry":    func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: 1}, 1); return err },
 		"nil location": func() error { _, err := c.Incr(ctx, Limit{Key: "k", Cap: 1, Window: Monthly(nil)}, 1); return err },
 		"TTL and window": func() error {
