@@ -21,4 +21,10 @@ var (
 	// not a conflict: no one else's write was in the way. Most callers
 	// treat it as done.
 	ErrNotExist = errors.New("counter: value does not exist")
+
+	// ErrWrongType is returned by Incr, Take and Get when a count's key
+	// holds a Redis value of another type than a string (a hash, a set):
+	// another program's key under the same name. Nothing is counted, and
+	// the value is left as it is.
+	ErrWrongType = errors.New("counter: key holds another type of value than a count")
 )

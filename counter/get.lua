@@ -5,8 +5,13 @@
 --          end in ms ("0" "0" without a window)
 --
 -- Reply: {1, value}; or {-1, now} when the Redis clock is not in the
--- period named (period.lua).
+-- period named (period.lua); or {-2, 0} when the key holds another type
+-- than a string.
 if outside(ARGV[1], ARGV[2], ARGV[3]) then
   return {-1, clock_now}
 end
-return {1, tonumber(redis.call('GET', KEYS[1]) or '0')}
+local got = redis.pcall('GET', KEYS[1])
+if type(got) == 'table' then
+  return {-2, 0}
+end
+return {1, tonumber(got) or 0}

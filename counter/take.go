@@ -164,6 +164,9 @@ func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
 	if len(res) != 1+2*len(ops) {
 		return Outcome{}, fmt.Errorf("counter: take: %d integers in reply to %d counts", len(res), len(ops))
 	}
+	if res[0] == wrongType {
+		return Outcome{}, fmt.Errorf("counter: take: %w", ErrWrongType)
+	}
 	out := Outcome{Allowed: res[0] == 1, Counts: make([]Count, len(ops))}
 	for i, op := range ops {
 		out.Counts[i] = count(op.Limit, where[i].p, res[1+2*i])
@@ -193,6 +196,9 @@ func (c *Client) Get(ctx context.Context, l Limit) (Count, error) {
 	if len(res) != 2 {
 		return Count{}, fmt.Errorf("counter: get: %d integers in reply, want 2", len(res))
 	}
+	if res[0] == wrongType {
+		return Count{}, fmt.Errorf("counter: get: %w", ErrWrongType)
+	}
 	return count(l, pl.p, res[1]), nil
 }
 
@@ -209,6 +215,10 @@ func count(l Limit, p *periodArgs, v int64) Count {
 // Redis clock is not in (period.lua); the Redis time in ms follows (and
 // in take_batch.lua's reply, zeros).
 const wrongPeriod = -1
+
+// wrongType starts the reply of a call one of whose keys holds another
+// type than a string; zeros follow.
+const wrongType = -2
 
 // windowed runs a windowed script with the arguments build makes for the
 // time now: the caller's clock, corrected by what Redis said before. When

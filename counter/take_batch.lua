@@ -23,8 +23,14 @@
 -- Reply: per call, 1 + 2m integers: {allowed, then per count: value,
 -- counted}, where allowed and counted are 1 or 0 and value is the count
 -- after the call; or {-1, now, 0, ...} when the Redis clock is not in a
--- period the call named (period.lua): that call counted nothing, and the
--- others are decided.
+-- period the call named (period.lua), or {-2, 0, ...} when one of its
+-- keys holds another type than a string: that call counted nothing, and
+-- the others are decided.
+--
+-- MGET reads a key of another type as nil, like a missing one, and SET
+-- would replace it: a key read as nil is checked with EXISTS before it is
+-- written (one call for the batch, and only when a key is new), as
+-- take_one.lua's GET refuses it.
 --
 -- A resend of this script (go-redis, after a lost reply) counts every
 -- call again, within the caps: the count stays a plain decimal other
@@ -73,6 +79,9 @@ if #KEYS == 2 and #ARGV == 14 and KEYS[1] ~= KEYS[2] then
   end
   local k1, k2 = KEYS[1], KEYS[2]
   local got = redis.call('MGET', k1, k2)
+  if (not got[1] or not got[2]) and redis.call('EXISTS', k1, k2) > (got[1] and 1 or 0) + (got[2] and 1 or 0) then
+    return {-2, 0, 0, 0, 0}
+  end
   local was1, was2 = tonumber(got[1]), tonumber(got[2])
   local v1, v2 = (was1 or 0) + tonumber(a[3]), (was2 or 0) + tonumber(a[9])
   local fits1, fits2 = v1 <= tonumber(a[4]), v2 <= tonumber(a[10])
@@ -113,6 +122,28 @@ if #KEYS == 2 and #ARGV == 14 and KEYS[1] ~= KEYS[2] then
 end
 
 local got = redis.call('MGET', unpack(KEYS))
+-- wrong_type[key] is true for a key of another type than a string (see
+-- above); wrong_type is nil when there is none, as almost always.
+local wrong_type
+for i = 1, #KEYS do
+  if not got[i] then
+    local new = {}
+    for j = i, #KEYS do
+      if not got[j] then
+        new[#new + 1] = KEYS[j]
+      end
+    end
+    if redis.call('EXISTS', unpack(new)) > 0 then
+      wrong_type = {}
+      for _, key in ipairs(new) do
+        if redis.call('EXISTS', key) == 1 then
+          wrong_type[key] = true
+        end
+      end
+    end
+    break
+  end
+end
 -- done[key] is a key's count as the calls so far left it, once one of
 -- them wrote it; else got[] (read before any call) holds it.
 local done = {}
@@ -162,16 +193,22 @@ end
 
 while a <= #ARGV do
   local m = tonumber(ARGV[a])
-  local wrong = false
+  local wrong_period = false
   for i = 1, m do
     local b = a + 6 * i - 5
     if outside(ARGV[1], ARGV[b + 3], ARGV[b + 4]) then
-      wrong = true
+      wrong_period = true
       break
     end
   end
-  if wrong then
-    reply[r + 1], reply[r + 2] = -1, clock_now
+  local foreign = false
+  if wrong_type then
+    for i = 1, m do
+      foreign = foreign or wrong_type[KEYS[k + i]] or false
+    end
+  end
+  if wrong_period or foreign then
+    reply[r + 1], reply[r + 2] = wrong_period and -1 or -2, wrong_period and clock_now or 0
     for j = 3, 1 + 2 * m do
       reply[r + j] = 0
     end

@@ -7,13 +7,18 @@
 --          one count of take_batch.lua but without "optional"
 --
 -- Reply: {allowed, value, counted}, as take_batch.lua's; or {-1, now}
--- when the Redis clock is not in the period named (period.lua). A resend
--- counts again, within the cap, as take_batch.lua's does.
+-- when the Redis clock is not in the period named (period.lua); or
+-- {-2, 0, 0} when the key holds another type than a string, which is
+-- left as it is. A resend counts again, within the cap, as
+-- take_batch.lua's does.
 if outside(ARGV[1], ARGV[4], ARGV[5]) then
   return {-1, clock_now}
 end
 local key = KEYS[1]
-local got = redis.call('GET', key)
+local got = redis.pcall('GET', key)
+if type(got) == 'table' then
+  return {-2, 0, 0}
+end
 local before = tonumber(got) or 0
 local v = before + tonumber(ARGV[2])
 if v > tonumber(ARGV[3]) then

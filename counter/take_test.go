@@ -775,3 +775,62 @@ func TestALoneDrawIsDecidedAsInABatch(t *testing.T) {
 		}
 	})
 }
+
+func TestAKeyOfAnotherTypeIsRefusedAndLeftAsItIs(t *testing.T) {
+	// A count's key that holds a hash (another program's, say) is neither
+	// counted nor replaced, whichever path the call takes: alone, as the
+	// lottery's two counts, or in a batch beside other calls, which are
+	// decided as usual.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		tag := "{" + redistest.Key(t) + "}"
+		theirs := Limit{Key: tag + ":theirs", Cap: 10, TTL: time.Hour}
+		mine := Limit{Key: tag + ":mine", Cap: 10, TTL: time.Hour}
+		hash, err := c.key(theirs.Key, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		count, _ := c.key(mine.Key, "")
+		if err := rdb.HSet(ctx, hash, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, ErrWrongType) {
+				t.Fatalf("%s: %v, want ErrWrongType", what, err)
+			}
+			if h, err := rdb.HGetAll(ctx, hash).Result(); err != nil || len(h) != 1 || h["f"] != "v" {
+				t.Fatalf("after %s the hash is %v (%v)", what, h, err)
+			}
+			if n, err := rdb.Exists(ctx, count).Result(); err != nil || n != 0 {
+				t.Fatalf("after %s the other count exists: %d %v", what, n, err)
+			}
+		}
+		_, err = c.Incr(ctx, theirs, 1)
+		want("Incr", err)
+		_, err = c.Get(ctx, theirs)
+		want("Get", err)
+		_, err = c.Take(ctx, Op{Limit: mine, N: 1}, Op{Limit: theirs, N: 1})
+		want("Take of two", err)
+		_, err = c.Take(ctx, Op{Limit: mine, N: 1}, Op{Limit: theirs, N: 1, Optional: true})
+		want("Take with the hash optional", err)
+		_, err = c.Take(ctx, Op{Limit: mine, N: 1}, Op{Limit: theirs, N: 1}, Op{Limit: mine, N: 1})
+		want("Take of three", err)
+
+		one := func(cap int64) []any { return []any{1, 1, cap, "0", 0, 0, 60_000} }
+		args := append(takeBatchScript.Args(2, 2+1+14), count, hash, "")
+		args = append(append(args, one(10)...), one(10)...)
+		res, err := takeBatchScript.Ints(ctx, rdb, args)
+		if err != nil || len(res) != 6 || res[0] != 1 || res[1] != 1 || res[3] != wrongType {
+			t.Fatalf("a batch of an innocent call and one on the hash: %v %v, want [1 1 1 %d 0 0]", res, err, wrongType)
+		}
+		if v, err := rdb.Get(ctx, count).Result(); err != nil || v != "1" {
+			t.Fatalf("the innocent call's count: %q %v, want 1", v, err)
+		}
+		if h, err := rdb.HGetAll(ctx, hash).Result(); err != nil || len(h) != 1 {
+			t.Fatalf("after the batch the hash is %v (%v)", h, err)
+		}
+	})
+}
