@@ -187,14 +187,18 @@
 // Over a Ring every call goes alone.
 //
 // A call whose context ends while it is queued is never sent; one whose
-// context ends while it is in flight returns at once, with an error that
-// wraps ctx.Err() (it may have counted), and its batch or pipeline goes on
-// for the others: nothing is sent twice because one caller gave up.
+// context ends while its batch or pipeline with others is in flight
+// returns at once, with an error that wraps ctx.Err() (it may have
+// counted), and the batch goes on for the others: nothing is sent twice
+// because one caller gave up. A call that goes alone (as one does when
+// nothing else is in flight) waits on go-redis like any command: for its
+// reply, or until the client's ReadTimeout, or until the context's
+// deadline if the client has ContextTimeoutEnabled.
 // go-redis resends a command or pipeline whose reply was lost as a whole:
 // every call of a batch may then count twice, with the effect on each
 // described above.
 //
 // A Client is safe for concurrent use. Every method takes a context first;
-// cancelling it returns an error that wraps ctx.Err(). Bad arguments wrap
+// a call that ends for it returns an error that wraps ctx.Err(). Bad arguments wrap
 // ErrInvalid and never reach Redis.
 package counter

@@ -73,10 +73,13 @@
 // 64 at a time. Each is still a script call of its own, decided alone; a
 // lone call goes at once, alone. A caller whose context ends while its
 // attempt is queued sends nothing. One whose context ends while its
-// attempt is in flight returns at once with ErrNotObtained, and if the
-// attempt did take the lock, it is released when the pipeline lands: a
-// release sent earlier could overtake the attempt and leave the lock held
-// for its whole lease. Fair locks, semaphores, read-write locks and
+// attempt is in flight in a pipeline returns at once with ErrNotObtained,
+// and if the attempt did take the lock, it is released when the pipeline
+// lands: a release sent earlier could overtake the attempt and leave the
+// lock held for its whole lease. An attempt that goes alone waits on
+// go-redis like any command: for its reply, or until the client's
+// ReadTimeout, or until the context's deadline if the client has
+// ContextTimeoutEnabled. Fair locks, semaphores, read-write locks and
 // renewals go alone.
 //
 // # Fencing tokens

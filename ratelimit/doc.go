@@ -155,7 +155,10 @@
 // decision whose context ends while it is queued is never sent; one whose
 // context ends while its pipeline is in flight returns at once with an
 // error wrapping ctx.Err() (it may have been counted), and the pipeline
-// lands for the others, none sent twice. (go-redis resends a pipeline
+// lands for the others, none sent twice. A decision that goes alone waits
+// on go-redis like any command: for its reply, or until the client's
+// ReadTimeout, or until the context's deadline if the client has
+// ContextTimeoutEnabled. (go-redis resends a pipeline
 // whose replies were lost as a whole: every decision in it then runs
 // twice, as "Failure" below describes for one.) Penalty hits and
 // concurrency slots go alone.

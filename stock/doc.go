@@ -52,9 +52,12 @@
 // carries.
 //
 // A call whose context ends while it waits leaves the queue and its order
-// is never sent. A call whose order is already in flight returns the
-// context's error without knowing the outcome, like any call whose reply
-// is lost: retry the order with its id to learn it. If the call sending a
+// is never sent. A call whose order is already in flight in a batch that
+// another call sent returns the context's error at once, without knowing
+// the outcome, like any call whose reply is lost: retry the order with its
+// id to learn it. A call that sent its order itself waits on go-redis like
+// any command: for its reply, or until the client's ReadTimeout, or until
+// the context's deadline if the client has ContextTimeoutEnabled. If the call sending a
 // batch gives up, the others in it send their orders again, which is safe
 // because a reserved order is replayed, never reserved twice (such a
 // retry may report Replayed for an order its own first attempt reserved).
