@@ -59,12 +59,12 @@
 --
 -- Why batches: on a busy server a script call's fixed costs (reading and
 -- parsing the command, setting up KEYS and ARGV, TIME, MGET, the reply)
--- are as large as one call's counting; a batch pays them once. Sixteen
--- goroutines of lottery draws (two counts each) cost Redis 8.9 µs of CPU
--- a draw sent one script call each, 5.0 µs in batches of sixteen
--- (redis-benchmark, 2026-11-26, when writes were SET ... PXAT). For the
--- same reason the common calls (one count, or two of different keys) are
--- decided without building a table.
+-- are as large as one call's counting; a batch pays them once: Redis
+-- spends about 5.5 µs executing a lone lottery draw (two counts) and 3.3
+-- µs a draw in batches of sixteen (redis-benchmark, 2026-11-26; doc.go),
+-- before the syscalls of each script call. For the same reason the common
+-- calls (one count, or two of different keys) are decided without
+-- building a table.
 
 -- A lone call of two counts of different keys (a lottery draw: the day's
 -- draws, the lifetime's wins) is decided straight through, before any of

@@ -145,7 +145,8 @@
 //
 // A Limiter is safe for concurrent use; share one per process. Its
 // decisions share round trips under a crowd: while six pipelines of
-// decisions are in flight, the decisions that arrive queue, and the next
+// decisions are in flight to a server (two to each master node of a
+// cluster), the decisions that arrive queue, and the next
 // pipeline takes them along, up to 64 at a time. Each is still a script
 // call of its own on its own keys, decided alone; only the round trips
 // and the network syscalls are shared. A lone decision goes at once,
