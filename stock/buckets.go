@@ -32,12 +32,31 @@ type layout struct {
 // when it holds this many, and hot items build theirs again.
 const maxSingles = 4096
 
-// slotWindow is how close to its target slot a bucket's tag must hash.
-// Buckets aim at slots spaced Slots/n apart, so on a cluster whose masters
-// own equal ranges of slots (what redis-cli --cluster create does) they
-// land evenly on the masters when n is a multiple of their number. The
-// search costs about Slots/slotWindow CRC16s per bucket, once per item.
-const slotWindow = 32
+// Bucket k of n lives in the k-th cell after bucket 0's, where cell c of
+// n holds the slots a cluster of n equal masters gives its c-th master:
+// from cellStart(c, n), c*Slots/n rounded as redis-cli --cluster create
+// rounds it. A cluster of m equal masters, m dividing n, gives each master
+// n/m whole cells, so the buckets land evenly on its masters. A cluster
+// split another way (by floor division, the remainder to the last master)
+// moves boundaries by a few slots; bucket tags keep to the middle half of
+// their cell, so only bucket 0, whose tag is the item's name, can fall on
+// the other side of a moved boundary (an item in several hundred). The
+// search costs about 2n CRC16s per bucket, once per item and process.
+
+// cellStart returns the first slot of cell c of n (Slots for c == n).
+func cellStart(c, n int) int { return (2*c*hashtag.Slots + n) / (2 * n) }
+
+// cellOf returns the cell of n that slot s is in.
+func cellOf(s, n int) int {
+	c := s * n / hashtag.Slots
+	for c+1 < n && cellStart(c+1, n) <= s {
+		c++
+	}
+	for c > 0 && cellStart(c, n) > s {
+		c--
+	}
+	return c
+}
 
 // layoutFor returns the layout of item with n buckets. Bucket 0's tag is
 // the item name itself, so an item with one bucket has plain keys and a
@@ -65,11 +84,13 @@ func (c *Counter) layoutFor(item string, n int) *layout {
 		}
 	}
 	l := &layout{item: item, n: n, buckets: make([]bucket, n)}
-	s0 := hashtag.Slot(c.prefix + "{" + item + "}")
+	c0 := cellOf(hashtag.Slot(c.prefix+"{"+item+"}"), n)
 	for k := range n {
 		tag := item
 		if k > 0 {
-			tag = bucketTag(c.prefix, item, k, (s0+k*hashtag.Slots/n)%hashtag.Slots)
+			lo, hi := cellStart((c0+k)%n, n), cellStart((c0+k)%n+1, n)
+			quarter := (hi - lo) / 4
+			tag = bucketTag(item, k, lo+quarter, hi-1-quarter)
 		}
 		l.buckets[k] = bucket{index: k, keys: c.bucketKeys(tag), batcher: new(atomic.Pointer[batcher])}
 	}
@@ -77,15 +98,15 @@ func (c *Counter) layoutFor(item string, n int) *layout {
 	return l
 }
 
-// bucketTag finds the first tag item#k.s whose slot falls within
-// slotWindow of target.
-func bucketTag(prefix, item string, k, target int) string {
-	base := item + "#" + strconv.Itoa(k) + "."
-	for s := 0; ; s++ {
-		tag := base + strconv.Itoa(s)
-		d := (hashtag.Slot(prefix+"{"+tag+"}") - target + hashtag.Slots) % hashtag.Slots
-		if d < slotWindow || s >= 1<<20 {
-			return tag
+// bucketTag finds the first tag item#k.s whose slot is in [lo, hi]. (The
+// prefix, which has no braces, does not change a tagged key's slot.)
+func bucketTag(item string, k, lo, hi int) string {
+	tag := []byte(item + "#" + strconv.Itoa(k) + ".")
+	base := len(tag)
+	for s := int64(0); ; s++ {
+		tag = strconv.AppendInt(tag[:base], s, 10)
+		if slot := hashtag.TagSlot(tag); (slot >= lo && slot <= hi) || s >= 1<<22 {
+			return string(tag)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -298,6 +300,76 @@ func TestBucketsSpreadEvenlyOverClusterMasters(t *testing.T) {
 		want, err := rdb.ClusterKeySlot(ctx, bk.keys[0].(string)).Result()
 		if err != nil || int64(hashtag.Slot(bk.keys[0].(string))) != want {
 			t.Fatalf("slot of %v: %d vs %d (%v)", bk.keys[0], hashtag.Slot(bk.keys[0].(string)), want, err)
+		}
+	}
+}
+
+func TestBucketsKeepToTheirMastersSlotRanges(t *testing.T) {
+	// For clusters of m equal masters, m dividing n, split as redis-cli
+	// --cluster create splits (float32 arithmetic, rounded) and by floor
+	// division (as this repository's test cluster is), every master gets
+	// n/m buckets. The exception is bucket 0 near a cell's edge: its tag
+	// is the item's name, and a split that rounds otherwise may give its
+	// slot to the neighbouring master.
+	c := newCounter(t, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+	redisCLI := func(m int) []int {
+		per := float32(hashtag.Slots) / float32(m)
+		starts, first, cursor := []int{}, 0, float32(0)
+		for i := range m {
+			starts = append(starts, first)
+			last := int(math.Round(float64(cursor + per - 1)))
+			if last > hashtag.Slots || i == m-1 {
+				last = hashtag.Slots - 1
+			}
+			first = max(last, first) + 1
+			cursor += per
+		}
+		return starts
+	}
+	floor := func(m int) []int {
+		starts := make([]int, m)
+		for i := range m {
+			starts[i] = i * (hashtag.Slots / m)
+		}
+		return starts
+	}
+	masterOf := func(starts []int, slot int) int {
+		i := len(starts) - 1
+		for starts[i] > slot {
+			i--
+		}
+		return i
+	}
+	const items = 1000
+	for _, n := range []int{2, 3, 4, 6, 8, 9, 12, 16, 64} {
+		for m := 2; m <= n; m++ {
+			if n%m != 0 {
+				continue
+			}
+			for name, split := range map[string]func(int) []int{"redis-cli": redisCLI, "floor": floor} {
+				starts, edges := split(m), 0
+				for i := range items {
+					item := fmt.Sprintf("sku-%d", i)
+					l := c.layoutFor(item, n)
+					per := make([]int, m)
+					for _, bk := range l.buckets {
+						per[masterOf(starts, hashtag.Slot(bk.keys[0].(string)))]++
+					}
+					if slices.ContainsFunc(per, func(got int) bool { return got != n/m }) {
+						// Fine only if the split gives bucket 0's slot to
+						// another master than the middle of its cell.
+						s0 := hashtag.Slot(l.buckets[0].keys[0].(string))
+						c0 := cellOf(s0, n)
+						if masterOf(starts, s0) == masterOf(starts, (cellStart(c0, n)+cellStart(c0+1, n))/2) {
+							t.Fatalf("%d buckets over %d masters split by %s: %q has %v per master", n, m, name, item, per)
+						}
+						edges++
+					}
+				}
+				if edges > items/100 {
+					t.Fatalf("%d buckets over %d masters split by %s: %d of %d items uneven", n, m, name, edges, items)
+				}
+			}
 		}
 	}
 }

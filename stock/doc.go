@@ -109,10 +109,13 @@
 //
 // A single hash tag lives on one Redis Cluster node, and a hot item can
 // saturate it. Item.Buckets > 1 splits the stock over that many tags,
-// chosen so that their slots are spaced evenly over the 16384 slots: on a
-// cluster whose masters own equal slot ranges, n buckets land evenly on the
-// masters when n is a multiple of their number. Bucket 0's tag is the
-// item's name; bucket k's is "item#k.s" for a small s found by search.
+// one in each n-th of the 16384 slots (the ranges redis-cli gives n equal
+// masters, each tag in the middle half of its range): on a cluster whose
+// masters own equal slot ranges, n buckets land evenly on the masters when
+// n is a multiple of their number. Bucket 0's tag is the item's name, so
+// on a cluster that rounds its ranges otherwise than redis-cli (by a few
+// slots) an item in several hundred has bucket 0 on its neighbour's
+// master. Bucket k's tag is "item#k.s" for a small s found by search.
 //
 // Each buyer has a home bucket (FNV-1a of the buyer modulo n), which keeps
 // the buyer's orders and count, so the per-buyer limit and the order

@@ -83,7 +83,12 @@ var crcTable = func() (t [256]uint16) {
 	return t
 }()
 
-func crc16(s string) int {
+// TagSlot returns the slot of every key whose hash tag is tag: Slot of
+// "{" + tag + "}", without building that string (a search for tags with
+// wanted slots tries thousands).
+func TagSlot(tag []byte) int { return crc16(tag) % Slots }
+
+func crc16[T string | []byte](s T) int {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
 		crc = crc<<8 ^ crcTable[byte(crc>>8)^s[i]]

@@ -126,3 +126,11 @@ func TestTaggedKeepsAKeysOwnTagAndWrapsAnyOther(t *testing.T) {
 		}
 	}
 }
+
+func TestTagSlotIsTheSlotOfTaggedKeys(t *testing.T) {
+	for _, tag := range []string{"a", "item#3.17", "user:1000"} {
+		if got, want := TagSlot([]byte(tag)), Slot("p:{"+tag+"}:x"); got != want {
+			t.Errorf("TagSlot(%q) = %d, Slot = %d", tag, got, want)
+		}
+	}
+}
