@@ -127,8 +127,10 @@
 //	RateLimit-Policy: "default";q=10;w=1
 //	RateLimit: "default";r=7;t=1
 //
-// q is the burst, w the period in seconds, r what remains, t the seconds
-// until the limit is full again (on a refusal, the Retry-After).
+// q is the burst, w the seconds the rate takes to earn a whole burst (the
+// period, unless a GCRA burst differs from the rate), r what remains, t
+// the seconds until the limit is full again (on a refusal, the
+// Retry-After). A client that sends q requests every w is never refused.
 // WithLegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset. When
 // Redis fails the middleware answers 503 unless WithFailOpen; a request it
 // cannot attribute (ErrNoKey) gets 400. ClientIP reads X-Forwarded-For only

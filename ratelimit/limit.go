@@ -100,6 +100,20 @@ func (l Limit) burst() int64 {
 	return l.Rate
 }
 
+// policyWindow is the window w of the limit's RateLimit-Policy, whose
+// quota q is the burst: the time the rate takes to earn a whole burst,
+// which is Period when the burst is the rate. A client that sends q
+// requests every w is never refused. With w = Period, a burst above the
+// rate (10 per second, burst 100) would promise the client 100 a second.
+func (l Limit) policyWindow() time.Duration {
+	b := l.burst()
+	if b == l.Rate {
+		return l.Period
+	}
+	// check() keeps burst × Period in µs within int64.
+	return time.Duration((b*l.Period.Microseconds()+l.Rate-1)/l.Rate) * time.Microsecond
+}
+
 // maxExact bounds the integers the scripts compute with: Lua numbers are
 // doubles, exact up to 2^53.
 const maxExact = 1 << 52

@@ -172,12 +172,14 @@ func WithLegacyHeaders() MiddlewareOption {
 //	RateLimit-Policy: "default";q=10;w=1
 //	RateLimit: "default";r=7;t=1
 //
-// q is the most the limit admits at once (its burst) and w its Period in
-// seconds, rounded up; r is what remains and t the seconds until the
-// limit is full again, rounded up. On a refusal t is the Retry-After
-// instead, because the draft asks that Retry-After not point before the
-// end of the window t describes, and for r=0 that window ends exactly
-// when the next request can pass.
+// q is the most the limit admits at once (its burst) and w, in seconds
+// rounded up, the time its rate takes to earn a whole burst: its Period,
+// unless a GCRA burst differs from the rate (10 per second with a burst of
+// 100 is q=100;w=10, which a client can keep to); r is what remains and t
+// the seconds until the limit is full again, rounded up. On a refusal t is
+// the Retry-After instead, because the draft asks that Retry-After not
+// point before the end of the window t describes, and for r=0 that window
+// ends exactly when the next request can pass.
 //
 // When no decision can be made, the request is refused and nothing
 // reaches the next handler, unless WithFailOpen applies:
@@ -239,7 +241,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := d.Strictest()
 	name := m.cfg.name(checks[strictestIndex(d, s)])
 	quota := s.Limit.burst()
-	window := ceilSeconds(s.Limit.Period)
+	window := ceilSeconds(s.Limit.policyWindow())
 	remaining := max(s.Remaining, 0)
 	reset := ceilSeconds(s.ResetAfter)
 	var retry int64

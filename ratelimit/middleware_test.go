@@ -136,10 +136,10 @@ func TestMiddlewareRetryAfterRoundsUp(t *testing.T) {
 			retry, reset string // after the burst is spent
 		}{
 			{PerSecond(2), `"default";q=2;w=1`, "1", "1"},                                // 500ms
-			{Per(1, time.Millisecond).WithBurst(5000), `"default";q=5000;w=1`, "1", "5"}, // 1ms, never 0
+			{Per(1, time.Millisecond).WithBurst(5000), `"default";q=5000;w=5`, "1", "5"}, // 1ms, never 0
 			{Per(1, 1500*time.Millisecond), `"default";q=1;w=2`, "2", "2"},               // 1.5s
 			{PerMinute(7), `"default";q=7;w=60`, "9", "60"},                              // 8.571429s; 60s to full
-			{PerHour(10).WithBurst(2), `"default";q=2;w=3600`, "360", "720"},             // one per 6 min
+			{PerHour(10).WithBurst(2), `"default";q=2;w=720`, "360", "720"},              // one per 6 min
 		} {
 			next := &counting{}
 			key := redistest.Key(t)
@@ -546,4 +546,31 @@ func checkRefused(t *testing.T, name string, h, next http.Handler, code int, wan
 	if n, ok := next.(*counting); ok && n.n.Load() != 0 {
 		t.Errorf("%s: the handler was called", name)
 	}
+}
+
+func TestAClientKeepingToThePolicyIsNeverRefused(t *testing.T) {
+	// RateLimit-Policy says q requests per w seconds. A client that sends
+	// all q at once, every w, must always be admitted, whatever the burst
+	// is to the rate.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l, clock := newPinned(t, b)
+		for _, limit := range []Limit{
+			PerSecond(10).WithBurst(100),
+			PerSecond(10).WithBurst(3),
+			PerMinute(7),
+			PerHour(10).WithBurst(2),
+			Per(3, 1500*time.Millisecond).WithBurst(7),
+		} {
+			key := redistest.Key(t)
+			q, w := limit.burst(), time.Duration(ceilSeconds(limit.policyWindow()))*time.Second
+			for round := range 4 {
+				for i := range q {
+					if r := mustAllow(t, l, key, limit, 1); !r.Allowed {
+						t.Fatalf("%v, q=%d w=%v: request %d of round %d refused", limit, q, w, i, round)
+					}
+				}
+				clock.add(w)
+			}
+		}
+	})
 }
