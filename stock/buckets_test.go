@@ -55,6 +55,29 @@ func TestBucketsAreTriedBeforeSoldOut(t *testing.T) {
 	})
 }
 
+func TestACounterThatDidNotCreateTheItemLearnsItsBuckets(t *testing.T) {
+	// An admin process creates the item; app servers, with Counters of
+	// their own, reserve, confirm and read it. They learn the number of
+	// buckets from bucket 0's answer.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		const n = 3
+		item := newItem(t, newCounter(t, b.Client(t)), Item{Total: 3 * n, Buckets: n})
+		for k := range n {
+			c := newCounter(t, b.Client(t)) // a fresh process for each buyer
+			buyer := buyerHomedAt(k, n, "app")
+			r, err := c.Reserve(ctx, item, order("o"+buyer, buyer))
+			if err != nil || r.Bucket != k {
+				t.Fatalf("a fresh Counter's order for a buyer homed in %d: %+v %v", k, r, err)
+			}
+			if err := newCounter(t, b.Client(t)).Confirm(ctx, item, "o"+buyer, buyer); err != nil {
+				t.Fatalf("a fresh Counter's Confirm: %v", err)
+			}
+		}
+		wantLevels(t, newCounter(t, b.Client(t)), item, Levels{Total: 3 * n, Available: 2 * n, Sold: n})
+	})
+}
+
 func TestPerBuyerLimitHoldsAcrossBuckets(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()

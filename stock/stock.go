@@ -169,8 +169,7 @@ func splitShare(units int64, n, k int) int64 {
 
 // Restock adds units to the item's stock (split over its buckets). A
 // restock that would take a bucket's total past MaxUnits is refused there
-// with an error wrapping ErrInvalid; the buckets before it keep their
-// share.
+// with ErrTooManyUnits; the buckets before it keep their share.
 func (c *Counter) Restock(ctx context.Context, item string, units int64) error {
 	if err := checkItem(item); err != nil {
 		return err
@@ -187,7 +186,7 @@ func (c *Counter) Restock(ctx context.Context, item string, units int64) error {
 		args := append(restockScript.Args(3, 7), b.keys[:]...)
 		res, err := c.call(ctx, item, restockScript, append(args, share, l.n, id, int64(MaxUnits)))
 		if err == nil && res[0] == codeTooMany {
-			err = fmt.Errorf("%w: restock of %q: bucket %d would hold more than MaxUnits", ErrInvalid, item, b.index)
+			err = fmt.Errorf("%w: restock of %q: bucket %d", ErrTooManyUnits, item, b.index)
 		}
 		return err
 	})
@@ -400,7 +399,8 @@ func (c *Counter) call(ctx context.Context, item string, s *script.Script, args 
 	switch res[0] {
 	case codeReroute:
 		c.forget(item)
-		if len(res) == 2 && res[1] >= 1 && res[1] <= MaxBuckets {
+		// reserve.lua pads its reply to four integers an order.
+		if len(res) >= 2 && res[1] >= 1 && res[1] <= MaxBuckets {
 			c.layoutFor(item, int(res[1]))
 		}
 		return nil, errReroute
