@@ -24,7 +24,9 @@ var (
 
 	// ErrWrongType is returned by Incr, Take and Get when a count's key
 	// holds a Redis value of another type than a string (a hash, a set):
-	// another program's key under the same name. Nothing is counted, and
-	// the value is left as it is.
+	// another program's key under the same name. The call fails: nothing
+	// of it is counted, optional counts included (an Optional count never
+	// refuses a call, but this is an error, not a refusal), and the value
+	// is left as it is.
 	ErrWrongType = errors.New("counter: key holds another type of value than a count")
 )

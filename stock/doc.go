@@ -22,8 +22,10 @@
 //
 // Run Sweep every second or so (from any number of processes) to return
 // holds whose time ran out; Reserve and Confirm also return the expired
-// holds they come across (Reserve, when an order does not fit the stock
-// or the buyer's limit).
+// holds they come across (Reserve, in the buyer's home bucket, when an
+// order does not fit its stock or the buyer's limit; a buyer's hold that
+// ran out in another bucket counts against the limit until Sweep returns
+// it there).
 //
 // # Why every step is one script
 //

@@ -43,6 +43,11 @@ var (
 	// another number of buckets or per-buyer limit.
 	ErrItemConflict = errors.New("stock: item exists with other settings")
 
+	// ErrTooManyUnits is returned by Restock when a bucket would count more
+	// than MaxUnits: that bucket adds nothing, the buckets before it keep
+	// their share (see Levels).
+	ErrTooManyUnits = errors.New("stock: more units than MaxUnits")
+
 	// ErrInvalid is wrapped by every error about a bad argument. Such calls
 	// never reach Redis.
 	ErrInvalid = errors.New("stock: invalid argument")

@@ -50,11 +50,14 @@ func (c *Counter) Confirm(ctx context.Context, item, orderID, buyer string) erro
 // being reserved. Cancelling a returned order again returns nil.
 func (c *Counter) Cancel(ctx context.Context, item, orderID, buyer string) error {
 	err := c.finish(ctx, item, orderID, buyer, cancelScript, "R")
-	if !errors.Is(err, ErrInvalid) {
-		// Cleared whatever the outcome: an error may come after the units
-		// went back (the news to the buyer's home bucket failed, or a
-		// resent cancel found its own first run's work), and a needless
-		// clear costs one order a trip to Redis.
+	switch {
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrUnknownOrder), errors.Is(err, ErrPending), errors.Is(err, ErrSold):
+		// Nothing came back: a flood of such cancels must not keep the
+		// cache empty.
+	default:
+		// Cleared on other errors too: one may come after the units went
+		// back (the news to the buyer's home bucket failed), and a
+		// needless clear costs one order a trip to Redis.
 		c.clearSoldOut(item)
 	}
 	return err

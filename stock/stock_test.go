@@ -322,8 +322,8 @@ func TestCountsStayExactUpToMaxUnits(t *testing.T) {
 		if err := c.Restock(ctx, item, 1); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Restock(ctx, item, 1); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("a restock past MaxUnits: %v, want ErrInvalid", err)
+		if err := c.Restock(ctx, item, 1); !errors.Is(err, ErrTooManyUnits) {
+			t.Fatalf("a restock past MaxUnits: %v, want ErrTooManyUnits", err)
 		}
 		if err := c.Cancel(ctx, item, big.ID, big.Buyer); err != nil {
 			t.Fatal(err)
