@@ -193,7 +193,7 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 				// it elsewhere.
 				return c.dropClaim(ctx, item, l, h, k, o, deadline, resumed, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
 			case codeReserved, codeReplayed:
-				return c.settle(ctx, item, l, h, k, o, deadline, resumed || res[0] == codeReplayed)
+				return c.settle(ctx, item, l, h, k, o, deadline, resumed)
 			default:
 				return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
 			}
@@ -242,7 +242,7 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 		}
 		c.clearSoldOut(item) // the units taken from k are back
 		if settled >= 0 && (state == Held || state == Sold) {
-			r.Bucket, r.State, r.Replayed = settled, state, true
+			r.Bucket, r.State = settled, state
 			return r, nil
 		}
 		return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
@@ -275,7 +275,7 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 	}
 	if res[0] == codeClaimOver && len(res) == 3 && res[1] >= 0 && int(res[1]) != over {
 		if state := State(res[2]); state == Held || state == Sold {
-			return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: state, Deadline: msTime(deadline), Bucket: int(res[1]), Replayed: true}, nil
+			return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: state, Deadline: msTime(deadline), Bucket: int(res[1]), Replayed: resumed}, nil
 		}
 	}
 	return Reservation{}, why
