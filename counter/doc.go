@@ -76,8 +76,10 @@
 // draw without a prize (Counts[1].Counted is false). A draw past the day's
 // limit is refused and counts nothing.
 //
-// The keys of one Take call must be in one Redis Cluster slot: give them a
-// common hash tag, such as "{user:42}:draws" and "{user:42}:wins". Take
+// The keys of one Take call must share a hash tag, such as
+// "{user:42}:draws" and "{user:42}:wins": that puts them in one Redis
+// Cluster slot, and on one shard of a *redis.Ring (which places keys by
+// tag, so two tags that happen to share a slot would not do). Take
 // checks this on every deployment, so code tested on one server does not
 // fail on a cluster. A key without a tag becomes its own tag, so "user:42"
 // and "{user:42}" name the same count: choose one spelling per key.

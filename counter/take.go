@@ -89,9 +89,10 @@ func (c *Client) Incr(ctx context.Context, l Limit, n int64) (Count, error) {
 // atomic step, and the Redis clock decides which period each windowed
 // count is in.
 //
-// All the Ops' keys must hash to one Redis Cluster slot (see Limit.Key);
-// Take checks it on every deployment, so that code tested on one server
-// does not fail on a cluster.
+// All the Ops' keys must share a hash tag (see Limit.Key), which puts
+// them in one Redis Cluster slot and on one shard of a *redis.Ring; Take
+// checks it on every deployment, so that code tested on one server does
+// not fail on a cluster.
 //
 // A call that go-redis sends again after its reply was lost may count
 // twice, never past a cap (see "Calls sent twice" in the package doc).
@@ -131,8 +132,8 @@ func (c *Client) take(ctx context.Context, ops []Op) (Outcome, error) {
 			if err != nil {
 				return nil, err
 			}
-			if len(where) > 0 && !hashtag.SameSlot(where[0].key.(string), pl.key.(string)) {
-				return nil, fmt.Errorf("%w: the keys of one Take call must share a cluster slot: give them a common {tag} (%q and %q do not)", ErrInvalid, ops[0].Key, op.Key)
+			if len(where) > 0 && !hashtag.SameTag(where[0].key.(string), pl.key.(string)) {
+				return nil, fmt.Errorf("%w: the keys of one Take call must share a hash tag: give them a common {tag} (%q and %q do not)", ErrInvalid, ops[0].Key, op.Key)
 			}
 			where = append(where, pl)
 		}

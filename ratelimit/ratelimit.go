@@ -149,10 +149,11 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 // refuses, none of them counts it. Typical: 10 a second and 1000 an hour
 // per user, and 100 a second for the endpoint.
 //
-// All the checks' keys must hash to one Redis Cluster slot, even on a
-// single server (so that code tested there works on a cluster): give them
-// a common hash tag, as in "{/search}:user:42" and "{/search}". A key
-// without braces is its own tag.
+// All the checks' keys must share a hash tag, even on a single server (so
+// that code tested there works on a cluster, and on a *redis.Ring, which
+// places keys by tag): give them a common hash tag, as in
+// "{/search}:user:42" and "{/search}". A key without braces is its own
+// tag.
 func (l *Limiter) AllowAll(ctx context.Context, n int64, checks ...Check) (Decision, error) {
 	return l.decide(ctx, true, n, checks...)
 }
@@ -252,8 +253,8 @@ func (l *Limiter) decide(ctx context.Context, consume bool, n int64, checks ...C
 				return Decision{}, fmt.Errorf("%w: limit %v on key %q given twice", ErrInvalid, c.Limit, c.Key)
 			}
 		}
-		if i > 0 && !hashtag.SameSlot(keys[0], k) {
-			return Decision{}, fmt.Errorf("%w: keys %q and %q hash to different cluster slots: give them a common {tag}", ErrInvalid, checks[0].Key, c.Key)
+		if i > 0 && !hashtag.SameTag(keys[0], k) {
+			return Decision{}, fmt.Errorf("%w: keys %q and %q do not share a hash tag: give them a common {tag}", ErrInvalid, checks[0].Key, c.Key)
 		}
 		keys[i] = k
 		needToken = needToken || c.Limit.Algorithm == SlidingLog

@@ -47,12 +47,12 @@ const Slots = 16384
 // tag, or of the whole key when it has no non-empty tag, modulo Slots.
 func Slot(key string) int { return crc16(hashed(key)) % Slots }
 
-// SameSlot reports whether keys a and b are in one cluster slot. Keys
-// that share their {tag} are, and cost no CRC.
-func SameSlot(a, b string) bool {
-	ha, hb := hashed(a), hashed(b)
-	return ha == hb || crc16(ha)%Slots == crc16(hb)%Slots
-}
+// SameTag reports whether keys a and b hash by the same tag (or, without
+// a tag, are the same key). That is what a multi-key script needs on every
+// client: a cluster places keys by slot, which keys of one tag share, but
+// a *redis.Ring places them by tag, so two tags that happen to share a
+// slot can still land on two shards.
+func SameTag(a, b string) bool { return hashed(a) == hashed(b) }
 
 // hashed returns the part of key that Redis Cluster hashes: its first
 // non-empty {tag}, else the whole key.

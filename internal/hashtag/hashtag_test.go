@@ -28,8 +28,9 @@ func TestSlotMatchesTheCluster(t *testing.T) {
 	}
 }
 
-func TestSameSlot(t *testing.T) {
-	// A pair of different tags in one slot, found by search.
+func TestSameTag(t *testing.T) {
+	// A pair of different tags in one slot, found by search: a cluster
+	// would take them together, a Ring would not.
 	var a, b string
 	seen := map[int]string{}
 	for i := 0; a == ""; i++ {
@@ -45,14 +46,15 @@ func TestSameSlot(t *testing.T) {
 	}{
 		{"x{user:1}:draws", "y{user:1}:wins", true},
 		{"{user:1}", "user:1", true},
-		{a, b, true},
-		{"{" + a + "}:1", "{" + b + "}:2", true},
+		{a, b, false},
+		{"{" + a + "}:1", "{" + b + "}:2", false},
+		{"{" + a + "}:1", "{" + a + "}:2", true},
 		{"foo", "bar", false},           // slots 12182 and 5061
 		{"x{foo}", "bar{}{foo}", false}, // an empty {} is no tag: the whole key
 		{"{foo}:draws", "{bar}:wins", false},
 	} {
-		if got := SameSlot(c.a, c.b); got != c.want {
-			t.Errorf("SameSlot(%q, %q) = %v, want %v (slots %d and %d)", c.a, c.b, got, c.want, Slot(c.a), Slot(c.b))
+		if got := SameTag(c.a, c.b); got != c.want {
+			t.Errorf("SameTag(%q, %q) = %v, want %v (slots %d and %d)", c.a, c.b, got, c.want, Slot(c.a), Slot(c.b))
 		}
 	}
 }
