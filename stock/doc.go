@@ -171,6 +171,11 @@
 //
 // # What it does not promise
 //
+// Every decision, and the bucket count that Delete, Restock and Sweep go
+// by, is read on the primary, even on a client that sends read-only
+// commands to replicas (ReadOnly, RouteByLatency, RouteRandomly); Levels
+// and Audit, which only report, may read a replica that lags.
+//
 // Redis replication is asynchronous. If the primary fails over, the new
 // primary may lack the last writes: acknowledged reservations can vanish
 // and their units be sold again. Keep the database of record (the orders

@@ -50,6 +50,10 @@ var (
 	createLua    string
 	createScript = newScript(createLua)
 
+	//go:embed buckets.lua
+	bucketsLua    string
+	bucketsScript = newScript(bucketsLua)
+
 	//go:embed restock.lua
 	restockLua    string
 	restockScript = newScript(restockLua)

@@ -205,7 +205,8 @@ type Levels struct {
 
 // Levels returns the item's current units, summed over its buckets. Each
 // bucket is read atomically (one HMGET); with several buckets they are read
-// one after the other.
+// one after the other. On a client that reads replicas (ReadOnly,
+// RouteByLatency, RouteRandomly) they may come from a replica that lags.
 func (c *Counter) Levels(ctx context.Context, item string) (Levels, error) {
 	var sum Levels
 	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
@@ -366,23 +367,17 @@ func (c *Counter) eachBucket(ctx context.Context, item string, f func(*layout, b
 	return fmt.Errorf("stock: %q: the item's buckets keep changing", item)
 }
 
-// learn returns the item's layout, asking bucket 0 for the number of
-// buckets.
+// learn returns the item's layout, asking bucket 0, on the primary, for
+// the number of buckets (buckets.lua).
 func (c *Counter) learn(ctx context.Context, item string) (*layout, error) {
-	cmd := redis.NewSliceCmd(ctx, "hmget", c.layoutFor(item, 1).buckets[0].keys[0], "n")
-	if err := c.rdb.Process(ctx, cmd); err != nil {
+	n, err := bucketsScript.Int(ctx, c.rdb, append(bucketsScript.Args(1, 1), c.layoutFor(item, 1).buckets[0].keys[0]))
+	if err != nil {
 		return nil, fmt.Errorf("stock: %q: %w", item, err)
 	}
-	var n int
-	if v := cmd.Val(); len(v) == 1 {
-		if s, ok := v[0].(string); ok {
-			n, _ = strconv.Atoi(s)
-		}
-	}
-	if n < 1 {
+	if n < 1 || n > MaxBuckets {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownItem, item)
 	}
-	return c.layoutFor(item, n), nil
+	return c.layoutFor(item, int(n)), nil
 }
 
 // call runs a bucket script whose reply is an array of integers, and turns

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/surgekit/surge/internal/redistest"
 )
 
@@ -569,6 +571,49 @@ func TestRedisErrorsAreReturned(t *testing.T) {
 		}
 		if _, err := c.Create(ctx, redistest.Key(t), Item{Total: 1}); !errors.Is(err, boom) {
 			t.Errorf("Create: %v", err)
+		}
+	})
+}
+
+func TestWhatDecidesIsReadOnThePrimary(t *testing.T) {
+	// A client with ReadOnly, RouteByLatency or RouteRandomly sends
+	// read-only commands to replicas, which may lag: nothing that decides
+	// (which buckets Delete and Restock touch, a reservation) may be one.
+	// Levels and Audit are reports and may read a replica.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		item := newItem(t, newCounter(t, b.Client(t)), Item{Total: 9, PerBuyer: 1, Buckets: 3})
+		var mu sync.Mutex
+		var reads []string
+		watch := redistest.Watch(func(cmd redis.Cmder) {
+			switch name := cmd.Name(); name {
+			case "get", "mget", "hget", "hmget", "hgetall", "exists", "pttl", "ttl", "lrange", "zrange", "zrangebyscore", "evalsha_ro", "eval_ro":
+				mu.Lock()
+				reads = append(reads, name)
+				mu.Unlock()
+			}
+		})
+		c := newCounter(t, b.Client(t, watch)) // a process that did not create the item
+		if err := c.Restock(ctx, item, 3); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 3 {
+			buyer := buyerHomedAt(k, 3, "reader")
+			if _, err := c.Reserve(ctx, item, order("o"+buyer, buyer)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Confirm(ctx, item, "o"+buyer, buyer); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Sweep(ctx, item, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Delete(ctx, item); err != nil {
+			t.Fatal(err)
+		}
+		if len(reads) > 0 {
+			t.Fatalf("read-only commands sent: %v", reads)
 		}
 	})
 }

@@ -1,0 +1,11 @@
+-- buckets.lua: the item's number of buckets, read from bucket 0; 0 when
+-- the item does not exist.
+--
+-- KEYS[1]  bucket 0's hash (records.lua)
+--
+-- A script rather than an HGET: go-redis sends read-only commands to a
+-- replica on a client with ReadOnly, RouteByLatency or RouteRandomly set,
+-- and a replica that lags may not know an item just created, or may still
+-- give the bucket count of one deleted and created again since, so that
+-- Delete would skip buckets. EVALSHA goes to the primary.
+return tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
