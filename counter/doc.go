@@ -200,6 +200,12 @@
 // every call of a batch may then count twice, with the effect on each
 // described above.
 //
+// Every count, check and version that decides something is read on the
+// primary, even over a client that sends read-only commands to replicas
+// (ReadOnly, RouteByLatency, RouteRandomly). Month, Streak and the unique
+// counts only report, and may read a replica that lags: a sign-in just
+// made may not show yet.
+//
 // A Client is safe for concurrent use. Every method takes a context first;
 // a call that ends for it returns an error that wraps ctx.Err(). Bad arguments wrap
 // ErrInvalid and never reach Redis.

@@ -33,6 +33,10 @@ var (
 	getLua    string
 	getScript = windowed(getLua)
 
+	//go:embed versioned_load.lua
+	versionedLoadLua    string
+	versionedLoadScript = script.New(versionedLoadLua)
+
 	//go:embed versioned_set.lua
 	versionedSetLua    string
 	versionedSetScript = versioned(versionedSetLua)

@@ -834,3 +834,50 @@ func TestAKeyOfAnotherTypeIsRefusedAndLeftAsItIs(t *testing.T) {
 		}
 	})
 }
+
+func TestWhatDecidesIsReadOnThePrimary(t *testing.T) {
+	// A client with ReadOnly, RouteByLatency or RouteRandomly sends
+	// read-only commands to replicas, which may lag: nothing that decides
+	// (a count, a version to compare) may be one. Month, Streak and the
+	// unique counts are reports and may read a replica.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var reads []string
+		c := newClient(t, b.Client(t, redistest.Watch(func(cmd redis.Cmder) {
+			switch name := cmd.Name(); name {
+			case "get", "mget", "hget", "hmget", "hgetall", "exists", "pttl", "ttl", "evalsha_ro", "eval_ro":
+				mu.Lock()
+				reads = append(reads, name)
+				mu.Unlock()
+			}
+		})))
+		key := redistest.Key(t)
+		l := Limit{Key: "{" + key + "}:n", Cap: 5, Window: Daily(time.UTC)}
+		if _, err := c.Incr(ctx, l, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Take(ctx, Op{Limit: l, N: 1}, Op{Limit: Limit{Key: "{" + key + "}:m", Cap: 1, TTL: time.Hour}, N: 1, Optional: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Load(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CompareAndSet(ctx, key, v.Version, []byte("x"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if v, err = c.Load(ctx, key); err != nil || string(v.Data) != "x" {
+			t.Fatalf("Load after the write: %+v %v", v, err)
+		}
+		if err := c.CompareAndDelete(ctx, key, v.Version); err != nil {
+			t.Fatal(err)
+		}
+		if len(reads) > 0 {
+			t.Fatalf("read-only commands sent: %v", reads)
+		}
+	})
+}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Versioned values: optimistic concurrency for data that several writers
@@ -77,11 +75,10 @@ func (c *Client) Load(ctx context.Context, key string) (Value, error) {
 	if err != nil {
 		return Value{}, err
 	}
-	cmd := redis.NewSliceCmd(ctx, "hmget", k, "data", "ver")
-	if err := c.rdb.Process(ctx, cmd); err != nil {
+	res, err := versionedLoadScript.Values(ctx, c.rdb, append(versionedLoadScript.Args(1, 1), k))
+	if err != nil {
 		return Value{}, fmt.Errorf("counter: %q: %w", key, err)
 	}
-	res := cmd.Val()
 	if len(res) != 2 {
 		return Value{}, fmt.Errorf("counter: %q: unexpected reply %v", key, res)
 	}
