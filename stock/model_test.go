@@ -364,6 +364,21 @@ func runModel(t *testing.T, c *Counter, spec Item, rng *rand.Rand) {
 			}
 			m.applyReserve(id, buyer, q, plan.bucket, got.Deadline)
 		}
+		// finish runs one Confirm (or Cancel) and checks it against the
+		// model.
+		finish := func(confirm bool, id, buyer string) {
+			name, model, run := "Cancel", m.cancel, c.Cancel
+			if confirm {
+				name, model, run = "Confirm", m.confirm, c.Confirm
+			}
+			call = fmt.Sprintf("%s(id %s, buyer %s)", name, id, buyer)
+			kind, want := model(id, buyer)
+			if err := run(ctx, item, id, buyer); !sameErr(err, want) {
+				fail("err %v, want %v (%s)", err, want, kind)
+			}
+			result = kind
+			counts[kind]++
+		}
 		newID := func() string {
 			m.nextID++
 			return fmt.Sprintf("o%d", m.nextID)
@@ -406,30 +421,12 @@ func runModel(t *testing.T, c *Counter, spec Item, rng *rand.Rand) {
 			} else {
 				reserve(o.id, o.buyer, o.q%3+1) // another quantity in 1..3
 			}
-		case w < 66: // Confirm
+		case w < 85: // Confirm or Cancel of a known order
 			id, buyer := "none", buyers[0]
 			if o := m.pick(rng, 0.7); o != nil {
 				id, buyer = o.id, o.buyer
 			}
-			call = fmt.Sprintf("Confirm(id %s, buyer %s)", id, buyer)
-			kind, want := m.confirm(id, buyer)
-			if err := c.Confirm(ctx, item, id, buyer); !sameErr(err, want) {
-				fail("err %v, want %v (%s)", err, want, kind)
-			}
-			result = kind
-			counts[kind]++
-		case w < 85: // Cancel
-			id, buyer := "none", buyers[0]
-			if o := m.pick(rng, 0.7); o != nil {
-				id, buyer = o.id, o.buyer
-			}
-			call = fmt.Sprintf("Cancel(id %s, buyer %s)", id, buyer)
-			kind, want := m.cancel(id, buyer)
-			if err := c.Cancel(ctx, item, id, buyer); !sameErr(err, want) {
-				fail("err %v, want %v (%s)", err, want, kind)
-			}
-			result = kind
-			counts[kind]++
+			finish(w < 66, id, buyer)
 		case w < 90: // Confirm or Cancel of an order the buyer does not have
 			id, buyer := newID(), buyers[rng.IntN(len(buyers))] // never used
 			switch o := m.pick(rng, 0); {
@@ -442,23 +439,7 @@ func runModel(t *testing.T, c *Counter, spec Item, rng *rand.Rand) {
 				r := m.refused[rng.IntN(len(m.refused))]
 				id, buyer = r.id, r.buyer
 			}
-			if rng.IntN(2) == 0 {
-				call = fmt.Sprintf("Confirm(id %s, buyer %s)", id, buyer)
-				kind, want := m.confirm(id, buyer)
-				if err := c.Confirm(ctx, item, id, buyer); !sameErr(err, want) {
-					fail("err %v, want %v (%s)", err, want, kind)
-				}
-				result = kind
-				counts[kind]++
-			} else {
-				call = fmt.Sprintf("Cancel(id %s, buyer %s)", id, buyer)
-				kind, want := m.cancel(id, buyer)
-				if err := c.Cancel(ctx, item, id, buyer); !sameErr(err, want) {
-					fail("err %v, want %v (%s)", err, want, kind)
-				}
-				result = kind
-				counts[kind]++
-			}
+			finish(rng.IntN(2) == 0, id, buyer)
 		case w < 96 && m.levels().Available < 3: // Restock, while stock is scarce
 			units := int64(1 + rng.IntN(5))
 			call = fmt.Sprintf("Restock(%d)", units)
