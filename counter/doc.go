@@ -207,6 +207,6 @@
 // made may not show yet.
 //
 // A Client is safe for concurrent use. Every method takes a context first;
-// a call that ends for it returns an error that wraps ctx.Err(). Bad arguments wrap
-// ErrInvalid and never reach Redis.
+// a call its context ends returns an error that wraps ctx.Err(). Bad
+// arguments wrap ErrInvalid and never reach Redis.
 package counter

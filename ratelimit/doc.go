@@ -148,8 +148,8 @@
 // A Limiter is safe for concurrent use; share one per process. Its
 // decisions share round trips under a crowd: while six pipelines of
 // decisions are in flight to a server (two to each master node of a
-// cluster), the decisions that arrive queue, and the next
-// pipeline takes them along, up to 64 at a time. Each is still a script
+// cluster), the decisions that arrive queue, and the next pipeline takes
+// them along, up to 64 at a time. Each is still a script
 // call of its own on its own keys, decided alone; only the round trips
 // and the network syscalls are shared. A lone decision goes at once,
 // alone. Over a ClusterClient the decisions bound for each master node
@@ -161,10 +161,9 @@
 // lands for the others, none sent twice. A decision that goes alone waits
 // on go-redis like any command: for its reply, or until the client's
 // ReadTimeout, or until the context's deadline if the client has
-// ContextTimeoutEnabled. (go-redis resends a pipeline
-// whose replies were lost as a whole: every decision in it then runs
-// twice, as "Failure" below describes for one.) Penalty hits and
-// concurrency slots go alone.
+// ContextTimeoutEnabled. (go-redis resends a pipeline whose replies were
+// lost as a whole: every decision in it then runs twice, as "Failure"
+// below describes for one.) Penalty hits and concurrency slots go alone.
 //
 // # Keys
 //

@@ -59,10 +59,11 @@
 // the outcome, like any call whose reply is lost: retry the order with its
 // id to learn it. A call that sent its order itself waits on go-redis like
 // any command: for its reply, or until the client's ReadTimeout, or until
-// the context's deadline if the client has ContextTimeoutEnabled. If the call sending a
-// batch gives up, the others in it send their orders again, which is safe
-// because a reserved order is replayed, never reserved twice (such a
-// retry may report Replayed for an order its own first attempt reserved).
+// the context's deadline if the client has ContextTimeoutEnabled. If the
+// call sending a batch gives up, the others in it send their orders again,
+// which is safe because a reserved order is replayed, never reserved twice
+// (such a retry may report Replayed for an order its own first attempt
+// reserved).
 //
 // Confirm, Cancel and the sweep each decide in one script on the bucket
 // that holds the order's units, each only from the held state: exactly one

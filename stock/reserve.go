@@ -167,11 +167,11 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 // the reply, so every bucket is first asked whether it holds the order
 // (take.lua).
 func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool) (Reservation, error) {
-	for pass := range 2 {
-		look := pass == 0
-		if look && !resumed {
-			continue
-		}
+	looks := []bool{false}
+	if resumed {
+		looks = []bool{true, false}
+	}
+	for _, look := range looks {
 		for i := 1; i < l.n; i++ {
 			k := (h + i) % l.n
 			args := append(takeScript.Args(3, 10), l.buckets[k].keys[:]...)
