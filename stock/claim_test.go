@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,6 +308,82 @@ func TestARetryFindsTheUnitsItsFirstAttemptTookBeforeTakingMore(t *testing.T) {
 		if r, err := c.Reserve(ctx, item, order("c1", buyerHomedAt(2, n, "cat"))); err != nil || r.Bucket != 1 {
 			t.Fatalf("the unit bob gave back: %+v %v, want it held for cat in bucket 1", r, err)
 		}
+	})
+}
+
+// lookCounter counts take.lua's looks (ARGV[7] '1'): sent alone, and sent
+// in pipelines (pipelines, and looks in them).
+type lookCounter struct {
+	alone, pipelines, piped atomic.Int64
+}
+
+func isLook(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	return redistest.Script(takeScript.Hash())(cmd) && args[len(args)-1] == "1"
+}
+
+func (lc *lookCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (lc *lookCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isLook(cmd) {
+			lc.alone.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (lc *lookCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		looks := 0
+		for _, cmd := range cmds {
+			if isLook(cmd) {
+				looks++
+			}
+		}
+		if looks > 0 {
+			lc.pipelines.Add(1)
+			lc.piped.Add(int64(looks))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func TestAResumeAsksTheOtherBucketsInOnePipeline(t *testing.T) {
+	// Four buckets of one unit; bucket 0 is sold. alice, homed in 0,
+	// claims there and dies before asking bucket 1. Her retry resumes the
+	// claim: it asks buckets 1, 2 and 3 whether they hold the order in one
+	// pipeline, not one round trip each, and then takes bucket 1's unit.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		lc := &lookCounter{}
+		rdb := b.Client(t, f, lc)
+		c := newCounter(t, rdb)
+		const n = 4
+		item := newItem(t, c, Item{Total: n, PerBuyer: 1, Buckets: n})
+		l := c.layoutFor(item, n)
+		if _, err := c.Reserve(ctx, item, order("f0", buyerHomedAt(0, n, "fay"))); err != nil {
+			t.Fatal(err)
+		}
+		// A pipeline meeting NOSCRIPT sends its commands again one by one.
+		if err := rdb.ScriptLoad(ctx, takeScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		f.On(takeIn(l, 1)).Fail(errDied).Times(1)
+		a1 := order("a1", buyerHomedAt(0, n, "alice"))
+		if _, err := c.Reserve(ctx, item, a1); !errors.Is(err, errDied) {
+			t.Fatalf("first attempt: %v, want it dead before bucket 1", err)
+		}
+		r, err := c.Reserve(ctx, item, a1)
+		if err != nil || r.Bucket != 1 || r.State != Held || !r.Replayed {
+			t.Fatalf("retry: %+v %v, want bucket 1's unit held, replayed", r, err)
+		}
+		if a, p, in := lc.alone.Load(), lc.pipelines.Load(), lc.piped.Load(); a != 0 || p != 1 || in != n-1 {
+			t.Fatalf("looks: %d alone, %d in %d pipelines; want %d in one pipeline", a, in, p, n-1)
+		}
+		wantLevels(t, c, item, Levels{Total: n, Available: n - 2, Held: 2})
+		mustAudit(t, c, item)
 	})
 }
 

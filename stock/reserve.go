@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/surgekit/surge/internal/script"
 )
 
 // Order is a request for units of an item.
@@ -165,41 +167,87 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 // own stock before the claim is dropped. resumed is true when another call
 // made the claim: that call may have taken the units somewhere and lost
 // the reply, so every bucket is first asked whether it holds the order
-// (take.lua).
+// (take.lua), all at once.
 func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool) (Reservation, error) {
-	looks := []bool{false}
 	if resumed {
-		looks = []bool{true, false}
+		k, res, err := c.lookElsewhere(ctx, item, l, h, o, deadline)
+		if err != nil {
+			return Reservation{}, err
+		}
+		if res != nil {
+			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
+		}
 	}
-	for _, look := range looks {
-		for i := 1; i < l.n; i++ {
-			k := (h + i) % l.n
-			args := append(takeScript.Args(3, 10), l.buckets[k].keys[:]...)
-			args = append(args, o.ID, o.Buyer, o.Quantity, deadline, h, l.n, lookArg(look))
-			res, err := c.call(ctx, item, takeScript, args)
-			if err != nil {
-				// The claim ends at its deadline; a hold taken by a lost reply
-				// ends with it.
-				return Reservation{}, err
-			}
-			switch res[0] {
-			case codeUnknownOrder, codeEmpty:
-				continue
-			case codeOrderTaken:
-				return c.dropClaim(ctx, item, l, h, -1, o, deadline, resumed, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID))
-			case codeClaimOver:
-				// The deadline passed, or k's hold for the order ended: k is not
-				// where the order is held, though another call may have settled
-				// it elsewhere.
-				return c.dropClaim(ctx, item, l, h, k, o, deadline, resumed, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
-			case codeReserved, codeReplayed:
-				return c.settle(ctx, item, l, h, k, o, deadline, resumed)
-			default:
-				return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
-			}
+	for i := 1; i < l.n; i++ {
+		k := (h + i) % l.n
+		res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, false))
+		if err != nil {
+			// The claim ends at its deadline; a hold taken by a lost reply
+			// ends with it.
+			return Reservation{}, err
+		}
+		if res[0] != codeEmpty {
+			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
 		}
 	}
 	return c.dropClaim(ctx, item, l, h, holdAtHome, o, deadline, resumed, fmt.Errorf("%w: %q", ErrSoldOut, item))
+}
+
+// lookElsewhere asks every bucket but the home, in one pipeline (one round
+// trip, or one a node on a cluster), whether it knows order o, and returns
+// the first in the walk's order that does, with its take.lua reply; a nil
+// reply when none does. Looking writes nothing, so asking all at once
+// answers as asking in turn would; the replies after the first that knows
+// the order are ignored, as asking in turn would not have sent them.
+func (c *Counter) lookElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64) (int, []int64, error) {
+	args := make([][]any, l.n-1)
+	for i := range args {
+		args[i] = takeArgs(l, (h+1+i)%l.n, h, o, deadline, true)
+	}
+	var replies [][]int64
+	var errs []error
+	if p, ok := c.rdb.(script.Pipeliner); ok {
+		replies, errs = takeScript.IntsEach(ctx, p, args)
+	} else {
+		replies, errs = make([][]int64, len(args)), make([]error, len(args))
+		for i := range args {
+			replies[i], errs[i] = takeScript.Ints(ctx, c.rdb, args[i])
+		}
+	}
+	for i := range args {
+		res, err := c.checkReply(item, replies[i], errs[i])
+		if err != nil {
+			return 0, nil, err
+		}
+		if res[0] != codeUnknownOrder {
+			return (h + 1 + i) % l.n, res, nil
+		}
+	}
+	return 0, nil, nil
+}
+
+// tookElsewhere acts on bucket k's take.lua reply res, one that ends the
+// walk: settle the claim onto k's hold, or drop it and say why.
+func (c *Counter) tookElsewhere(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool, res []int64) (Reservation, error) {
+	switch res[0] {
+	case codeOrderTaken:
+		return c.dropClaim(ctx, item, l, h, -1, o, deadline, resumed, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID))
+	case codeClaimOver:
+		// The deadline passed, or k's hold for the order ended: k is not
+		// where the order is held, though another call may have settled
+		// it elsewhere.
+		return c.dropClaim(ctx, item, l, h, k, o, deadline, resumed, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
+	case codeReserved, codeReplayed:
+		return c.settle(ctx, item, l, h, k, o, deadline, resumed)
+	}
+	return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
+}
+
+// takeArgs returns take.lua's command for bucket k: look for order o, or
+// take its units, for the claim in home bucket h until deadline.
+func takeArgs(l *layout, k, h int, o Order, deadline int64, look bool) []any {
+	args := append(takeScript.Args(3, 10), l.buckets[k].keys[:]...)
+	return append(args, o.ID, o.Buyer, o.Quantity, deadline, h, l.n, lookArg(look))
 }
 
 // lookArg is take.lua's ARGV[7]: look for the order, or take its units.

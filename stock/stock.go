@@ -380,11 +380,18 @@ func (c *Counter) learn(ctx context.Context, item string) (*layout, error) {
 	return c.layoutFor(item, int(n)), nil
 }
 
-// call runs a bucket script whose reply is an array of integers, and turns
-// the replies every bucket script may give into errors: route again (the
-// item has another number of buckets, now cached) and no such item.
+// call runs a bucket script whose reply is an array of integers (see
+// checkReply).
 func (c *Counter) call(ctx context.Context, item string, s *script.Script, args []any) ([]int64, error) {
 	res, err := s.Ints(ctx, c.rdb, args)
+	return c.checkReply(item, res, err)
+}
+
+// checkReply returns a bucket script's reply, or the error it stands for:
+// the call's own, an empty reply, and the replies every bucket script may
+// give: route again (the item has another number of buckets, now cached)
+// and no such item.
+func (c *Counter) checkReply(item string, res []int64, err error) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stock: %q: %w", item, err)
 	}
