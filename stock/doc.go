@@ -91,22 +91,27 @@
 //	surge:stock:{T}          hash   total, available, held, sold; n (buckets), k (this bucket), limit, exp;
 //	                                o:<order id> -> "state|qty|stock bucket|home bucket|deadline ms|buyer";
 //	                                b:<buyer> -> units held, sold or claimed (only with a per-buyer limit)
-//	surge:stock:{T}:due      zset   order id -> deadline ms of a hold (or claim) to end
+//	surge:stock:{T}:due      zset   order ids (one, or a batch's joined by NUL) -> deadline ms of holds (or claims) to end
 //	surge:stock:{T}:outbox   list   "order|home|state|from": outcomes a home bucket must still apply
 //
-// Counters, orders and buyers share the hash so that a batch of
-// reservations reads everything it decides on with one HMGET and writes it
-// with one HSET; its common path is four commands inside the script
-// (HMGET, TIME, HSET, ZADD), however many orders it carries.
-// All three keys are created by Create with the item's expiry (Item.TTL, 30
-// days by default), the list and the zset with an empty placeholder, so
+// Counters, orders and buyers share the hash so that a batch of reservations
+// reads everything it decides on with one HMGET and writes it with one HSET;
+// its common path is four commands inside the script (HMGET, TIME, HSET,
+// ZADD), however many orders it carries. The ZADD adds one member for all
+// the orders of the batch with one deadline: in the zset of a large sale
+// each member costs Redis about a microsecond. Members are removed only by
+// the sweep, once due: an order confirmed or cancelled early stays in the
+// index until then, and the sweep drops it after reading its record, which
+// decides. Order ids hold no NUL byte.
+//
+// All three keys are created by Create with the item's expiry (Item.TTL,
+// 30 days by default), the list and the zset with an empty placeholder, so
 // that no later script ever creates a key without a TTL. The scripts count
 // in Lua numbers, exact integers only up to 2^53, so totals, limits and
-// quantities stop at MaxUnits. An order's state
-// is H (held), S (sold), R (returned) or P (claimed, see below). In every
-// bucket, at every moment outside a script, available + held + sold ==
-// total; Audit checks that and recounts held and sold from the order
-// records.
+// quantities stop at MaxUnits. An order's state is H (held), S (sold), R
+// (returned) or P (claimed, see below). In every bucket, at every moment
+// outside a script, available + held + sold == total; Audit checks that
+// and recounts held and sold from the order records.
 //
 // # Hot items: buckets
 //

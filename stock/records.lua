@@ -12,8 +12,15 @@
 --                   "o:<order id>" -> order record (see below);
 --                   "b:<buyer>" -> units held, sold or claimed by the
 --                   buyer's orders homed here (only with a limit)
---   KEYS[2] due     zset: order id -> deadline in ms (Redis TIME) of a hold
---                   whose units are here, or of a claim homed here
+--   KEYS[2] due     zset: the deadline in ms (Redis TIME) of each hold whose
+--                   units are here and of each claim homed here, scored by
+--                   it. A member is the order id, or the ids of one batch's
+--                   orders with one deadline joined by NUL (no order id
+--                   holds one): a ZADD costs Redis a microsecond a member
+--                   in a large zset. Members are never removed before they
+--                   are due: Confirm, Cancel and settling a claim elsewhere
+--                   leave them, and the sweep drops an id whose record no
+--                   longer ends here then.
 --   KEYS[3] outbox  list: "order|home|state|from" for changes to orders
 --                   whose units are here (from is this bucket's index) but
 --                   whose buyer is homed elsewhere, until the home bucket has
@@ -98,7 +105,6 @@ local function records()
     redis.call('HINCRBY', KEYS[1], 'held', -r.q)
     r.st = R.RETURNED
     redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
-    redis.call('ZREM', KEYS[2], order)
     if r.home == self then
       R.release_buyer(limit, r.buyer, r.q)
     else
@@ -115,29 +121,60 @@ local function records()
   function R.end_claim(order, r, limit)
     r.st = R.RETURNED
     redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
-    redis.call('ZREM', KEYS[2], order)
     R.release_buyer(limit, r.buyer, r.q)
   end
 
-  -- sweep ends up to max holds and claims whose deadline has passed: held
-  -- units go back to stock, claims release the buyer's allowance. It returns
-  -- the units put back and the claims ended.
+  -- sweep ends at most max holds and claims whose deadline has passed,
+  -- looking at no more than 4 * max order ids due: held units go back to
+  -- stock, claims release the buyer's allowance, and an id whose record
+  -- has moved on (sold, returned, held elsewhere, or a newer hold or claim
+  -- of a reused id, with a later deadline and a member of its own) is
+  -- dropped. Such ids are left by Confirm, Cancel and settle, and cost a
+  -- read each, hence the wider bound on looking. It returns the units put
+  -- back, the claims ended, and whether it stopped at a bound (more may be
+  -- due).
   function R.sweep(now, max, self, limit)
-    local units, claims = 0, 0
-    local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, max)
-    for _, order in ipairs(due) do
-      local r = R.record(order)
-      if r and r.st == R.HELD and r.stock == self then
-        R.give_back(order, r, self, limit)
-        units = units + r.q
-      elseif r and r.st == R.CLAIMED and r.home == self then
-        R.end_claim(order, r, limit)
-        claims = claims + 1
-      else
-        redis.call('ZREM', KEYS[2], order)
+    local units, claims, ended, seen, look = 0, 0, 0, 0, 4 * max
+    local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, look)
+    local done, rest = {}, nil
+    for i = 1, #due, 2 do
+      local member = due[i]
+      local ids = {}
+      for id in string.gmatch(member, '[^%z]+') do
+        ids[#ids + 1] = id
+      end
+      local j = 0
+      while j < #ids and seen < look and ended < max do
+        j, seen = j + 1, seen + 1
+        local r = R.record(ids[j])
+        if r and r.deadline <= now then
+          if r.st == R.HELD and r.stock == self then
+            R.give_back(ids[j], r, self, limit)
+            units, ended = units + r.q, ended + 1
+          elseif r.st == R.CLAIMED and r.home == self then
+            R.end_claim(ids[j], r, limit)
+            claims, ended = claims + 1, ended + 1
+          end
+        end
+      end
+      if j > 0 then
+        done[#done + 1] = member
+      end
+      if j < #ids then
+        if j > 0 then
+          rest = {due[i + 1], table.concat(ids, '\0', j + 1)}
+        end
+        break
       end
     end
-    return units, claims
+    -- unpack() stops short of 8,000 values, and max is the caller's.
+    for i = 1, #done, 1000 do
+      redis.call('ZREM', KEYS[2], unpack(done, i, math.min(i + 999, #done)))
+    end
+    if rest then
+      redis.call('ZADD', KEYS[2], rest[1], rest[2])
+    end
+    return units, claims, seen >= look or ended >= max
   end
   return R
 end

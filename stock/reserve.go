@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/surgekit/surge/internal/script"
@@ -13,7 +14,7 @@ import (
 type Order struct {
 	// ID identifies the order within the item. A retry of the same order
 	// (after a timeout, say) must reuse it: it is what makes Reserve
-	// deduct at most once.
+	// deduct at most once. Any bytes but NUL.
 	ID string
 	// Buyer is who the per-buyer limit counts against.
 	Buyer string
@@ -75,6 +76,9 @@ func checkOrder(item string, o Order) error {
 	switch {
 	case o.ID == "":
 		return fmt.Errorf("%w: empty order id", ErrInvalid)
+	case strings.IndexByte(o.ID, 0) >= 0:
+		// The due index joins a batch's ids with NUL (records.lua).
+		return fmt.Errorf("%w: order id %q holds a NUL byte", ErrInvalid, o.ID)
 	case o.Buyer == "":
 		return fmt.Errorf("%w: empty buyer", ErrInvalid)
 	case o.Quantity <= 0 || o.Quantity > MaxUnits:

@@ -44,7 +44,8 @@ if k == -2 then
   -- The other buckets were asked one after another, and units may have
   -- come back here meanwhile (a cancel, a sweep): a sold-out answer while
   -- this bucket has them would turn the buyer away for nothing. The claim
-  -- becomes a hold here with its deadline (its entry in due stays).
+  -- becomes a hold here with its deadline, and its member in due is the
+  -- hold's.
   local c = redis.call('HMGET', KEYS[1], 'available', 'held')
   local available, held = tonumber(c[1]), tonumber(c[2])
   if available < r.q and held > 0 and R.sweep(now, 16, self, limit) > 0 then
@@ -57,9 +58,10 @@ if k == -2 then
     return {1}
   end
 end
-redis.call('ZREM', KEYS[2], order)
 if k < 0 then
-  -- Refusals are not remembered: a later retry of this order is a new try.
+  -- Refusals are not remembered: a later retry of this order is a new try
+  -- (the claim's member in due, left behind, cannot end that try's hold:
+  -- the sweep heeds the record's own deadline).
   redis.call('HDEL', KEYS[1], 'o:' .. order)
   R.release_buyer(limit, r.buyer, r.q)
   return {-1}

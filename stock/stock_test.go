@@ -349,6 +349,7 @@ func TestInvalidInputNeverReachesRedis(t *testing.T) {
 			"zero hold":     {ID: "o", Buyer: "b", Quantity: 1},
 			"tiny hold":     {ID: "o", Buyer: "b", Quantity: 1, Hold: time.Microsecond},
 			"huge quantity": {ID: "o", Buyer: "b", Quantity: MaxUnits + 1, Hold: time.Second},
+			"NUL in the id": {ID: "o\x00p", Buyer: "b", Quantity: 1, Hold: time.Second},
 		} {
 			if _, err := c.Reserve(ctx, "item", o); !errors.Is(err, ErrInvalid) {
 				t.Errorf("Reserve with %s: %v, want ErrInvalid", name, err)
