@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -383,6 +384,63 @@ func TestAResumeAsksTheOtherBucketsInOnePipeline(t *testing.T) {
 			t.Fatalf("looks: %d alone, %d in %d pipelines; want %d in one pipeline", a, in, p, n-1)
 		}
 		wantLevels(t, c, item, Levels{Total: n, Available: n - 2, Held: 2})
+		mustAudit(t, c, item)
+	})
+}
+
+func TestALastLookWhoseReplyIsLostIsNotReportedSoldOut(t *testing.T) {
+	// Two buckets of one unit, both sold. bob, homed in 0, claims there
+	// and bucket 1 refuses him; meanwhile ann's unit in 0 comes back. The
+	// home's last look holds it for bob, and its reply is lost. Reserve
+	// must not answer sold out (bob has the unit) but that the outcome is
+	// unknown, mark nothing sold out, and a retry must replay the hold.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		const n = 2
+		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
+		l := c.layoutFor(item, n)
+		ann, ben, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
+		for _, o := range []Order{order("a0", ann), order("b1", ben)} {
+			if _, err := c.Reserve(ctx, item, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range []string{takeScript.Source(), settleScript.Source()} {
+			if err := rdb.ScriptLoad(ctx, s).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		isSettle := redistest.Script(settleScript.Hash())
+		lastLook := func(cmd redis.Cmder) bool {
+			return isSettle(cmd) && slices.Contains(cmd.Args(), any(holdAtHome))
+		}
+		paused := f.On(takeIn(l, 1)).Hold().Times(1)
+		lost := f.On(lastLook).LoseReply(errDied).Times(1)
+		got := make(chan error, 1)
+		go func() {
+			_, err := c.Reserve(ctx, item, order("x", bob))
+			got <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "bob's take in bucket 1 to be paused", func() bool { return paused.Hits() == 1 })
+		if err := c.Cancel(ctx, item, "a0", ann); err != nil {
+			t.Fatal(err)
+		}
+		paused.Release()
+		if err := <-got; errors.Is(err, ErrSoldOut) || !errors.Is(err, errDied) {
+			t.Fatalf("Reserve whose last look's reply was lost: %v, want the lost reply and not ErrSoldOut", err)
+		}
+		if lost.Hits() != 1 {
+			t.Fatalf("the last look ran %d times, want once", lost.Hits())
+		}
+		if _, refused := c.askSoldOut(item, 1); refused {
+			t.Fatal("the item is marked sold out")
+		}
+		if r, err := c.Reserve(ctx, item, order("x", bob)); err != nil || r.Bucket != 0 || r.State != Held || !r.Replayed {
+			t.Fatalf("retry: %+v %v, want the hold in bucket 0 replayed", r, err)
+		}
 		mustAudit(t, c, item)
 	})
 }

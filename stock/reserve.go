@@ -320,7 +320,9 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 	}
 	res, err := c.call(ctx, item, settleScript, append(args, o.ID, drop, l.n))
 	if err != nil {
-		return Reservation{}, errors.Join(why, err)
+		// Not why: the settle may have run, and found the claim settled by
+		// another call or (holdAtHome) held the units here.
+		return Reservation{}, fmt.Errorf("stock: order %q: %w (it may have been reserved: retry it with the same id to learn)", o.ID, err)
 	}
 	if over == holdAtHome && res[0] == codeReserved {
 		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: h, Replayed: resumed}, nil
