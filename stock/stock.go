@@ -328,14 +328,22 @@ func (c *Counter) Audit(ctx context.Context, item string) (Audit, error) {
 	return a, err
 }
 
-// Delete removes the item and all its orders.
+// Delete removes the item and all its orders. It removes bucket 0, which
+// tells every call how many buckets the item has, last: a Delete that
+// fails part-way leaves the item whole enough to be deleted by a retry.
 func (c *Counter) Delete(ctx context.Context, item string) error {
-	err := c.eachBucket(ctx, item, func(_ *layout, b bucket) error {
-		if err := c.rdb.Process(ctx, redis.NewIntCmd(ctx, append([]any{"del"}, b.keys[:]...)...)); err != nil {
-			return fmt.Errorf("stock: delete %q: %w", item, err)
+	if err := checkItem(item); err != nil {
+		return err
+	}
+	l, err := c.learn(ctx, item)
+	if err != nil {
+		return err
+	}
+	for k := l.n - 1; k >= 0 && err == nil; k-- {
+		if err = c.rdb.Process(ctx, redis.NewIntCmd(ctx, append([]any{"del"}, l.buckets[k].keys[:]...)...)); err != nil {
+			err = fmt.Errorf("stock: delete %q: %w", item, err)
 		}
-		return nil
-	})
+	}
 	c.forget(item)
 	c.clearSoldOut(item)
 	return err

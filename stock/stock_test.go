@@ -309,6 +309,38 @@ func TestRestockAndDelete(t *testing.T) {
 	})
 }
 
+func TestADeleteThatFailsPartWayCanBeRetried(t *testing.T) {
+	// Deleting bucket 1 of two fails. The retry must still find the item
+	// and delete every bucket; a Create after it starts afresh, with none
+	// of the old stock or orders.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		const n = 2
+		item := newItem(t, c, Item{Total: 10, Buckets: n})
+		bob := buyerHomedAt(1, n, "bob")
+		if _, err := c.Reserve(ctx, item, order("old", bob)); err != nil {
+			t.Fatal(err)
+		}
+		bucket1 := c.layoutFor(item, n).buckets[1].keys[0]
+		f.On(func(cmd redis.Cmder) bool { return cmd.Name() == "del" && cmd.Args()[1] == bucket1 }).Fail(errDied).Times(1)
+		if err := c.Delete(ctx, item); !errors.Is(err, errDied) {
+			t.Fatalf("Delete: %v, want it to fail on bucket 1", err)
+		}
+		if err := c.Delete(ctx, item); err != nil {
+			t.Fatalf("retried Delete: %v", err)
+		}
+		if _, err := c.Create(ctx, item, Item{Total: 4, Buckets: n}); err != nil {
+			t.Fatal(err)
+		}
+		wantLevels(t, c, item, Levels{Total: 4, Available: 4})
+		if r, err := c.Reserve(ctx, item, order("old", bob)); err != nil || r.Replayed {
+			t.Fatalf("the deleted item's order in the new one: %+v %v, want a new reservation", r, err)
+		}
+	})
+}
+
 func TestCountsStayExactUpToMaxUnits(t *testing.T) {
 	// The scripts count in doubles: every count up to MaxUnits must come
 	// out to the unit, and no restock may take a bucket past it.
