@@ -126,6 +126,36 @@ func TestARetryAfterTheDeadlineFindsTheClaimedOrderReturned(t *testing.T) {
 	})
 }
 
+func TestAClaimPastItsDeadlineIsAnsweredReturnedNotPending(t *testing.T) {
+	// alice's Reserve died before settling its claim, and nobody swept
+	// since its deadline. Confirm and Cancel must answer for a returned
+	// order, not for one still being reserved: the claim is over.
+	for _, confirm := range []bool{true, false} {
+		t.Run(fmt.Sprintf("confirm=%v", confirm), func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				_, rdb, c, item, alice, a1 := crashBeforeSettle(t, b)
+				if err := c.Confirm(ctx, item, a1.ID, alice); !errors.Is(err, ErrPending) {
+					t.Fatalf("Confirm before the deadline: %v, want ErrPending", err)
+				}
+				waitPast(t, rdb, redisNow(t, rdb).Add(claimHold))
+				if confirm {
+					if err := c.Confirm(ctx, item, a1.ID, alice); !errors.Is(err, ErrReturned) {
+						t.Fatalf("Confirm after the deadline: %v, want ErrReturned", err)
+					}
+				} else if err := c.Cancel(ctx, item, a1.ID, alice); err != nil {
+					t.Fatalf("Cancel after the deadline: %v, want nil (returned)", err)
+				}
+				a1.Hold = time.Minute
+				if r, err := c.Reserve(ctx, item, a1); err != nil || r.State != Returned || !r.Replayed {
+					t.Fatalf("retry: %+v %v, want the order replayed as returned", r, err)
+				}
+				wantReleased(t, c, item, alice)
+			})
+		})
+	}
+}
+
 func TestAResumedClaimDoesNotSettleOntoAHoldReturnedMeanwhile(t *testing.T) {
 	// As above, but alice's retry finds the claim open before the deadline
 	// and resumes it; by the time it asks bucket 0, the hold it would

@@ -9,7 +9,8 @@
 --
 -- Reply, an array of integers:
 --   {1}            sold (now, or already before)
---   {-4}           the order is still being reserved
+--   {-4}           the order is still being reserved (its claim's deadline
+--                  has not passed)
 --   {-9}           no such order for this buyer
 --   {-10, bucket}  this is the buyer's home, the units are in bucket: ask it
 --   {-11}          the hold was returned (cancelled or expired) before
@@ -25,7 +26,14 @@ if not r or r.buyer ~= ARGV[2] then
   return {-9}
 end
 if r.st == R.CLAIMED then
-  return {-4}
+  if r.deadline > R.now_ms() then
+    return {-4}
+  end
+  -- Past its deadline a claim is over, settled or not: end it as the
+  -- sweep would (any hold taken for it ends with it) and answer for the
+  -- order returned.
+  R.end_claim(order, r, limit)
+  return {-11}
 end
 if r.st == R.SOLD then
   return {1}

@@ -20,7 +20,8 @@ var (
 	// ErrPending is returned by Confirm and Cancel for an order whose units
 	// are claimed in the buyer's home bucket but not yet held in another
 	// one: its Reserve is still at work, or failed mid-way. Retrying
-	// Reserve with the same order finishes it.
+	// Reserve with the same order finishes it. Past the claim's deadline
+	// the order is returned instead (ErrReturned for Confirm).
 	ErrPending = errors.New("stock: order is being reserved by another call")
 
 	// ErrUnknownOrder is returned by Confirm and Cancel for an order id the
