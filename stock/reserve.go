@@ -110,12 +110,13 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 	if err := checkOrder(item, o); err != nil {
 		return Reservation{}, err
 	}
+	asked := time.Now()
 	gen, refused := c.askSoldOut(item, o.Quantity)
 	if refused {
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
 	}
 	r, err := c.reserveRouted(ctx, item, o)
-	c.answeredSoldOut(item, gen, o.Quantity, errors.Is(err, ErrSoldOut))
+	c.answeredSoldOut(item, gen, asked, o.Quantity, errors.Is(err, ErrSoldOut))
 	return r, err
 }
 

@@ -47,10 +47,15 @@ func (c *Counter) askSoldOut(item string, q int64) (gen uint64, refused bool) {
 	return s.gen, false
 }
 
-// answeredSoldOut ends a call that askSoldOut let through, and marks the
-// item if Redis refused the call's q units as sold out and no units came
-// back through this Counter since the call read gen.
-func (c *Counter) answeredSoldOut(item string, gen uint64, q int64, refused bool) {
+// answeredSoldOut ends a call that askSoldOut let through at asked, and
+// marks the item if Redis refused the call's q units as sold out and no
+// units came back through this Counter since the call read gen. The mark
+// runs from asked, not from the answer: a refusal says nothing of the
+// stock after Redis decided, and a slow answer (a long walk over the
+// buckets) must not hide units another process put back meanwhile for
+// longer than the TTL. (A mark that ran out before the answer came is no
+// mark: askSoldOut lets every order through.)
+func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q int64, refused bool) {
 	if c.soldOutTTL <= 0 {
 		return
 	}
@@ -65,7 +70,7 @@ func (c *Counter) answeredSoldOut(item string, gen uint64, q int64, refused bool
 	// A mark that still covers fewer units is the stronger news: keep it
 	// rather than let a larger refusal narrow it.
 	if refused && gen == s.gen && (s.from == 0 || !now.Before(s.until) || q <= s.from) {
-		s.from, s.until = q, now.Add(c.soldOutTTL)
+		s.from, s.until = q, asked.Add(c.soldOutTTL)
 		c.sweepSoldOut(now)
 	}
 	c.prune(item, s)

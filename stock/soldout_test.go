@@ -164,6 +164,43 @@ func waitPast(t *testing.T, rdb redis.UniversalClient, deadline time.Time) {
 	})
 }
 
+func TestASlowRefusalHidesUnitsPutBackMeanwhileNoLongerThanTheTTL(t *testing.T) {
+	// bob's order is refused while another process restocks the item,
+	// and the refusal takes twice the TTL to reach him. The mark it leaves
+	// runs from when bob asked, so it has already run out: the next order
+	// gets a restocked unit.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		const ttl = 200 * time.Millisecond
+		g := newReplyGate(t, redistest.Script(reserveScript.Hash()))
+		app := newCounter(t, b.Client(t, g), WithSoldOutCache(ttl))
+		admin := newCounter(t, b.Client(t))
+		item := newItem(t, admin, Item{Total: 1})
+		if _, err := app.Reserve(ctx, item, order("o1", "ann")); err != nil {
+			t.Fatal(err)
+		}
+		asked := time.Now()
+		g.armed.Store(true)
+		got := make(chan error, 1)
+		go func() {
+			_, err := app.Reserve(ctx, item, order("o2", "bob"))
+			got <- err
+		}()
+		<-g.ran
+		if err := admin.Restock(ctx, item, 5); err != nil {
+			t.Fatal(err)
+		}
+		redistest.WaitFor(t, 5*time.Second, "twice the TTL to pass", func() bool { return time.Since(asked) > 2*ttl })
+		g.open()
+		if err := <-got; !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("bob: %v, want ErrSoldOut", err)
+		}
+		if _, err := app.Reserve(ctx, item, order("o3", "cat")); err != nil {
+			t.Fatalf("cat, after the restock: %v, %v after bob asked, with a TTL of %v", err, time.Since(asked).Round(time.Millisecond), ttl)
+		}
+	})
+}
+
 func TestAConfirmThatReturnsAnExpiredHoldClearsTheSoldOutMark(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		for _, n := range []int{1, 2} {
@@ -261,14 +298,14 @@ func TestTheSoldOutCacheDropsMarksThatRanOutAsItGrows(t *testing.T) {
 		if refused {
 			t.Fatalf("%s refused before it was marked", item)
 		}
-		c.answeredSoldOut(item, gen, 1, true)
+		c.answeredSoldOut(item, gen, time.Now(), 1, true)
 	}
 	const items = 3 * soldOutSweep
 	for _, tc := range []struct {
 		ttl      time.Duration
 		max, min int
 	}{
-		{time.Nanosecond, soldOutSweep, 1}, // each mark runs out at once
+		{time.Nanosecond, soldOutSweep, 0}, // each mark runs out at once
 		{time.Hour, items, items},          // none does
 	} {
 		c := newCounter(t, redistest.Open(t, redistest.Mini).Client(t), WithSoldOutCache(tc.ttl))
