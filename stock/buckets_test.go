@@ -439,3 +439,39 @@ func TestEveryItemGetsItsOwnKeysFromTheLayoutCache(t *testing.T) {
 		t.Fatalf("the cache holds %d layouts, more than %d", n, maxSingles)
 	}
 }
+
+func TestACounterWithAStaleLayoutFollowsARecreatedItem(t *testing.T) {
+	// app knows the item with four buckets; admin deletes it and creates
+	// it again with two. bob's home in app's layout, bucket 3, no longer
+	// exists: app must route again, not report the item unknown.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		app, admin := newCounter(t, rdb), newCounter(t, rdb)
+		item := newItem(t, admin, Item{Total: 10, Buckets: 4})
+		bob := buyerHomedAt(3, 4, "bob")
+		if _, err := app.Reserve(ctx, item, order("o1", bob)); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Delete(ctx, item); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Create(ctx, item, Item{Total: 10, Buckets: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := app.Confirm(ctx, item, "o1", bob); !errors.Is(err, ErrUnknownOrder) {
+			t.Fatalf("Confirm of the deleted item's order: %v, want ErrUnknownOrder", err)
+		}
+		app.layoutFor(item, 4) // stale again
+		if r, err := app.Reserve(ctx, item, order("o2", bob)); err != nil || r.Bucket != home(bob, 2) {
+			t.Fatalf("Reserve on the recreated item: %+v %v, want bob's new home, bucket %d", r, err, home(bob, 2))
+		}
+		if err := admin.Delete(ctx, item); err != nil {
+			t.Fatal(err)
+		}
+		app.layoutFor(item, 4)
+		if _, err := app.Reserve(ctx, item, order("o3", bob)); !errors.Is(err, ErrUnknownItem) {
+			t.Fatalf("Reserve on the deleted item: %v, want ErrUnknownItem", err)
+		}
+	})
+}

@@ -220,7 +220,7 @@ func (c *Counter) lookElsewhere(ctx context.Context, item string, l *layout, h i
 		}
 	}
 	for i := range args {
-		res, err := c.checkReply(item, replies[i], errs[i])
+		res, err := c.checkReply(item, args[i], replies[i], errs[i])
 		if err != nil {
 			return 0, nil, err
 		}

@@ -392,14 +392,17 @@ func (c *Counter) learn(ctx context.Context, item string) (*layout, error) {
 // checkReply).
 func (c *Counter) call(ctx context.Context, item string, s *script.Script, args []any) ([]int64, error) {
 	res, err := s.Ints(ctx, c.rdb, args)
-	return c.checkReply(item, res, err)
+	return c.checkReply(item, args, res, err)
 }
 
-// checkReply returns a bucket script's reply, or the error it stands for:
-// the call's own, an empty reply, and the replies every bucket script may
-// give: route again (the item has another number of buckets, now cached)
-// and no such item.
-func (c *Counter) checkReply(item string, res []int64, err error) ([]int64, error) {
+// checkReply returns the reply of a bucket script sent with args, or the
+// error it stands for: the call's own, an empty reply, and the replies
+// every bucket script may give: route again (the item has another number
+// of buckets, now cached) and no such item. Only bucket 0 can tell that
+// an item does not exist: another bucket that does not may be one the item
+// no longer has (it was deleted and created again with fewer buckets), so
+// the call routes again and bucket 0 decides.
+func (c *Counter) checkReply(item string, args []any, res []int64, err error) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stock: %q: %w", item, err)
 	}
@@ -416,6 +419,9 @@ func (c *Counter) checkReply(item string, res []int64, err error) ([]int64, erro
 		return nil, errReroute
 	case codeUnknownItem:
 		c.forget(item)
+		if len(args) > 3 && args[3] != c.prefix+"{"+item+"}" {
+			return nil, errReroute
+		}
 		return nil, fmt.Errorf("%w: %q", ErrUnknownItem, item)
 	}
 	return res, nil
