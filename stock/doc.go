@@ -105,14 +105,15 @@
 // cancelled early stays in the index until then, and the sweep drops it
 // after reading its record, which decides. Order ids hold no NUL byte.
 //
-// All three keys are created by Create with the item's expiry (Item.TTL,
-// 30 days by default), the list and the zset with an empty placeholder, so
-// that no later script ever creates a key without a TTL. The scripts count
-// in Lua numbers, exact integers only up to 2^53, so totals, limits and
-// quantities stop at MaxUnits. An order's state is H (held), S (sold), R
-// (returned) or P (claimed, see below). In every bucket, at every moment
-// outside a script, available + held + sold == total; Audit checks that
-// and recounts held and sold from the order records.
+// All three keys are created by Create with the item's expiry (Item.TTL, 30
+// days by default), the list and the zset with an empty placeholder, so that
+// no later script ever creates a key without a TTL. A hold ends at that
+// expiry if it comes first. The scripts count in Lua numbers, exact integers
+// only up to 2^53, so totals, limits and quantities stop at MaxUnits. An
+// order's state is H (held), S (sold), R (returned) or P (claimed, see
+// below). In every bucket, at every moment outside a script, available +
+// held + sold == total; Audit checks that and recounts held and sold from
+// the order records.
 //
 // # Hot items: buckets
 //

@@ -21,7 +21,8 @@ type Order struct {
 	// Quantity is the number of units, from 1 to MaxUnits.
 	Quantity int64
 	// Hold is how long the units stay reserved without Confirm; then they
-	// return to stock. At least a millisecond.
+	// return to stock. At least a millisecond. A hold ends with the item's
+	// keys (Item.TTL) if they expire first: Reservation.Deadline says when.
 	Hold time.Duration
 }
 

@@ -11,7 +11,9 @@
 --
 -- Reply: four integers per order, in the orders' order, zero-padded:
 --   {1, deadline, bucket}         reserved: the units are held in this bucket
---                                 until deadline (ms, Redis clock)
+--                                 until deadline (ms, Redis clock): the hold's
+--                                 end, or the item's expiry if that is
+--                                 sooner (a hold never outlives its keys)
 --   {2, deadline, bucket, state}  the order was reserved before; nothing
 --                                 changed (state 1 held, 2 sold, 3 returned)
 --   {-1}                          not enough stock, and no other bucket
@@ -49,19 +51,19 @@
 local routed = ARGV[1]
 local count = (#ARGV - 1) / 4
 
--- fields[6..] are the batch's order records and buyer counts: 'o:'..id at
--- 6+2i, 'b:'..buyer at 7+2i for order i (from 0). A lone order's HMGET
+-- fields[7..] are the batch's order records and buyer counts: 'o:'..id at
+-- 7+2i, 'b:'..buyer at 8+2i for order i (from 0). A lone order's HMGET
 -- names its fields outright: unpack() and a table grown field by field
 -- cost the most common call a few tenths of a microsecond.
 local fields, s
 if count == 1 then
-  fields = {'n', 'k', 'limit', 'available', 'held', 'o:' .. ARGV[2], 'b:' .. ARGV[3]}
-  s = redis.call('HMGET', KEYS[1], 'n', 'k', 'limit', 'available', 'held', fields[6], fields[7])
+  fields = {'n', 'k', 'limit', 'available', 'held', 'exp', 'o:' .. ARGV[2], 'b:' .. ARGV[3]}
+  s = redis.call('HMGET', KEYS[1], 'n', 'k', 'limit', 'available', 'held', 'exp', fields[7], fields[8])
 else
-  fields = {'n', 'k', 'limit', 'available', 'held'}
+  fields = {'n', 'k', 'limit', 'available', 'held', 'exp'}
   for i = 0, count - 1 do
-    fields[6 + 2 * i] = 'o:' .. ARGV[2 + 4 * i]
-    fields[7 + 2 * i] = 'b:' .. ARGV[3 + 4 * i]
+    fields[7 + 2 * i] = 'o:' .. ARGV[2 + 4 * i]
+    fields[8 + 2 * i] = 'b:' .. ARGV[3 + 4 * i]
   end
   s = redis.call('HMGET', KEYS[1], unpack(fields))
 end
@@ -79,18 +81,18 @@ if not s[1] or s[1] ~= routed then
   return reply
 end
 
-local self, limit = tonumber(s[2]), tonumber(s[3])
+local self, limit, exp = tonumber(s[2]), tonumber(s[3]), tonumber(s[6])
 local available, held = tonumber(s[4]), tonumber(s[5])
 -- One new order that fits, with nothing to sweep (a sweep comes only for
 -- an order that does not fit): the common lone call, written straight
 -- through, with none of the closures and tables below. It writes what
 -- decide() and flush() would.
-if count == 1 and not s[6] then
+if count == 1 and not s[7] then
   local q = tonumber(ARGV[4])
-  local used = tonumber(s[7]) or 0
+  local used = tonumber(s[8]) or 0
   if available >= q and (limit == 0 or used + q <= limit) then
     local t = redis.call('TIME')
-    local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[5])
+    local deadline = math.min(t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[5]), exp)
     local dl = string.format('%d', deadline)
     local rec = 'H|' .. ARGV[4] .. '|' .. s[2] .. '|' .. s[2] .. '|' .. dl .. '|' .. ARGV[3]
     -- Numbers go to Redis as text made here: Redis writes a Lua number
@@ -98,9 +100,9 @@ if count == 1 and not s[6] then
     -- string.format's 0.13.
     local av, hd = string.format('%d', available - q), string.format('%d', held + q)
     if limit > 0 then
-      redis.call('HSET', KEYS[1], 'available', av, 'held', hd, fields[6], rec, fields[7], string.format('%d', used + q))
+      redis.call('HSET', KEYS[1], 'available', av, 'held', hd, fields[7], rec, fields[8], string.format('%d', used + q))
     else
-      redis.call('HSET', KEYS[1], 'available', av, 'held', hd, fields[6], rec)
+      redis.call('HSET', KEYS[1], 'available', av, 'held', hd, fields[7], rec)
     end
     redis.call('ZADD', KEYS[2], dl, ARGV[2])
     return {1, deadline, self, 0}
@@ -149,7 +151,7 @@ local drained, deadlines, dls = false, {}, {}
 
 -- decide decides order i and writes its answer at reply[r..r+3].
 local function decide(i, r)
-  local a, f = 2 + 4 * i, 6 + 2 * i
+  local a, f = 2 + 4 * i, 7 + 2 * i
   local order, buyer, qs = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local ofield, bfield = fields[f], fields[f + 1]
   local q = tonumber(qs)
@@ -200,7 +202,7 @@ local function decide(i, r)
   local hold = ARGV[a + 3]
   local deadline, dl = deadlines[hold], dls[hold]
   if not deadline then
-    deadline = now + tonumber(hold)
+    deadline = math.min(now + tonumber(hold), exp)
     dl = string.format('%d', deadline)
     deadlines[hold], dls[hold] = deadline, dl
   end

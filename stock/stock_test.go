@@ -341,6 +341,33 @@ func TestADeleteThatFailsPartWayCanBeRetried(t *testing.T) {
 	})
 }
 
+func TestAHoldEndsWithItsItemIfTheItemExpiresFirst(t *testing.T) {
+	// An item whose keys expire in a second, and an order held for an
+	// hour: its deadline must be the item's expiry, not a time at which
+	// Confirm would find no item.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item := newItem(t, c, Item{Total: 2, TTL: time.Second})
+		r, err := c.Reserve(ctx, item, Order{ID: "o1", Buyer: "ann", Quantity: 1, Hold: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := c.layoutFor(item, 1).buckets[0].keys[0].(string)
+		expiry, err := rdb.PExpireTime(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := time.UnixMilli(expiry.Milliseconds()); !r.Deadline.Equal(want) {
+			t.Fatalf("deadline %v, want the item's expiry %v", r.Deadline, want)
+		}
+		if r, err := c.Reserve(ctx, item, Order{ID: "o2", Buyer: "bob", Quantity: 1, Hold: time.Millisecond}); err != nil || !r.Deadline.Before(time.UnixMilli(expiry.Milliseconds())) {
+			t.Fatalf("a short hold: %+v %v, want it to end before the item", r, err)
+		}
+	})
+}
+
 func TestCountsStayExactUpToMaxUnits(t *testing.T) {
 	// The scripts count in doubles: every count up to MaxUnits must come
 	// out to the unit, and no restock may take a bucket past it.
