@@ -37,6 +37,9 @@ type Client struct {
 	prefix string
 	// local names the periods around now (WithClock; default time.Now).
 	local func() time.Time
+	// uniqueKeep is how many periods a unique count outlives its own
+	// (WithUniqueRetention).
+	uniqueKeep int
 	// clock, when set, replaces both Redis TIME and the local clock: tests
 	// pin it to cross period boundaries on a real server. redisClock, when
 	// set, replaces Redis TIME alone, so tests can skew the two.
@@ -58,7 +61,7 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 	if script.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
 	}
-	cfg := config{prefix: DefaultPrefix}
+	cfg := config{prefix: DefaultPrefix, uniqueKeep: MaxUniquePeriods}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -70,7 +73,7 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 	if cfg.clock == nil {
 		cfg.clock = time.Now
 	}
-	c := &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock, pipeline: script.NewPipeline(rdb)}
+	c := &Client{rdb: rdb, prefix: cfg.prefix, local: cfg.clock, uniqueKeep: cfg.uniqueKeep, pipeline: script.NewPipeline(rdb)}
 	if _, ok := rdb.(*redis.Client); ok {
 		c.batches = &coalesce.Batcher[takeCall, takeReply]{
 			MaxInFlight: script.PipelinesInFlight, MaxBatch: script.PipelineMax, Detach: true,

@@ -92,8 +92,10 @@
 //   - Every capped count's key is written with an expiry in the script
 //     that creates it, and a windowed key's expiry is restored on its next
 //     count. Keys in a window (unique counts, calendars) expire after their
-//     period too. Only what the caller asks to keep has none: a unique
-//     count with the zero Window, a versioned value set with ttl 0.
+//     period too, once they can no longer be asked for (by default a
+//     unique count 400 periods later, a calendar month 400 days). Only
+//     what the caller asks to keep has none: a unique count with the zero
+//     Window, a versioned value set with ttl 0.
 //   - A period's count lasts the whole period, whatever the expiries.
 //
 // Not promised: counts survive the loss of a Redis primary that had not
@@ -142,7 +144,8 @@
 // AddUnique, CountUnique and CountUniqueBetween count distinct items per
 // period with HyperLogLog (at most 12 kB per period, a standard error of
 // 0.81%), one sketch per period under prefix{key}:u:<period>, chosen by
-// the Redis clock as for Take. A range of periods is counted as a union:
+// the Redis clock as for Take, and kept MaxUniquePeriods periods after its
+// end (WithUniqueRetention). A range of periods is counted as a union:
 // one script merges them into a temporary key in the same slot, counts it
 // and deletes it (a multi-key PFCOUNT would do, but miniredis sums such a
 // count instead of taking the union).

@@ -15,8 +15,9 @@ const DefaultPrefix = "surge:ct:"
 type Option func(*config) error
 
 type config struct {
-	prefix string
-	clock  func() time.Time
+	prefix     string
+	clock      func() time.Time
+	uniqueKeep int
 }
 
 // WithPrefix sets the string that starts every key the Client uses. It
@@ -44,6 +45,24 @@ func WithClock(now func() time.Time) Option {
 			return fmt.Errorf("%w: nil clock", ErrInvalid)
 		}
 		c.clock = now
+		return nil
+	}
+}
+
+// WithUniqueRetention sets how many periods after its own a period's
+// unique count (AddUnique) is kept, so that CountUniqueBetween can still
+// merge it: with n, a span of n+1 periods ending at the current one finds
+// every sketch it covers. Default MaxUniquePeriods, every span that
+// CountUniqueBetween accepts: a year of Daily counts, 400 days of sketches
+// of up to 12 kB for each key counted. Fewer cost less memory; 0 keeps a
+// period only until shortly after its end, enough for CountUnique. n may
+// be 0 to MaxUniquePeriods.
+func WithUniqueRetention(n int) Option {
+	return func(c *config) error {
+		if n < 0 || n > MaxUniquePeriods {
+			return fmt.Errorf("%w: unique retention %d not in [0, %d]", ErrInvalid, n, MaxUniquePeriods)
+		}
+		c.uniqueKeep = n
 		return nil
 	}
 }

@@ -15,9 +15,9 @@ import (
 	"github.com/surgekit/surge/internal/redistest"
 )
 
-func newClient(t *testing.T, rdb redis.UniversalClient) *Client {
+func newClient(t *testing.T, rdb redis.UniversalClient, opts ...Option) *Client {
 	t.Helper()
-	c, err := New(rdb)
+	c, err := New(rdb, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,8 +46,10 @@ const scratchTTL = 10 * time.Second
 // Window keeps one count forever, without expiry.
 //
 // The Redis clock decides the period, as in Take, and the period's key is
-// written together with its expiry, shortly after the period ends, in the
-// same atomic step: no count is left behind without one.
+// written together with its expiry in the same atomic step, so no count
+// is left behind without one: MaxUniquePeriods periods after the period
+// ends by default, so that CountUniqueBetween finds it
+// (WithUniqueRetention).
 func (c *Client) AddUnique(ctx context.Context, key string, w Window, items ...string) (bool, error) {
 	if len(items) == 0 {
 		return false, fmt.Errorf("%w: unique count %q: no items to add", ErrInvalid, key)
@@ -58,6 +60,9 @@ func (c *Client) AddUnique(ctx context.Context, key string, w Window, items ...s
 	}
 	res, err := c.windowed(ctx, uniqueAddScript, func(now time.Time) ([]any, error) {
 		pl := placeBase(base, w, now)
+		if pl.p != nil {
+			pl.exp = expiry(pl.p.period, base).Add(time.Duration(c.uniqueKeep) * w.longest()).UnixMilli()
+		}
 		args := uniqueAddScript.Args(1, 4+len(items))
 		args = append(args, pl.key, c.nowArg(), pl.start, pl.end, pl.exp)
 		for _, it := range items {
@@ -106,8 +111,9 @@ func (c *Client) CountUnique(ctx context.Context, key string, w Window) (int64, 
 //
 // The span may cover at most MaxUniquePeriods periods; a longer one, or
 // from after to, is ErrInvalid. Periods whose keys have expired count as
-// empty. With the zero Window, which has one count forever, it is
-// CountUnique.
+// empty: with the default retention (WithUniqueRetention) none has, in a
+// span that ends in the current period. With the zero Window, which has
+// one count forever, it is CountUnique.
 //
 // Unlike CountUnique, the periods are those of from and to as given, not
 // of the Redis clock.

@@ -134,7 +134,9 @@ func TestAUniqueCountIsBornWithItsExpiry(t *testing.T) {
 		}
 		pl := placeBase(base, w, now)
 		k := pl.key.(string)
-		want := pl.exp.(int64)
+		// Kept MaxUniquePeriods days of 25 hours (the longest) after the
+		// count's own expiry, for CountUniqueBetween.
+		want := pl.exp.(int64) + MaxUniquePeriods*(25*time.Hour).Milliseconds()
 		// miniredis keeps a TTL from its clock, and may give the instant
 		// back a millisecond off.
 		var slack int64
@@ -143,7 +145,7 @@ func TestAUniqueCountIsBornWithItsExpiry(t *testing.T) {
 		}
 		expires := func() int64 { return rdb.PExpireTime(ctx, k).Val().Milliseconds() }
 		if got := expires(); got < want-slack || got > want+slack {
-			t.Fatalf("key %s expires at %d ms, want %d (end of day + margin + jitter)", k, got, want)
+			t.Fatalf("key %s expires at %d ms, want %d (end of day + margin + jitter + retention)", k, got, want)
 		}
 		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Fatalf("PTTL %v, want > 0", ttl)
@@ -169,6 +171,60 @@ func TestAUniqueCountIsBornWithItsExpiry(t *testing.T) {
 			t.Fatalf("count without a window has PTTL %v, want none (-1)", ttl)
 		}
 	})
+}
+
+func TestUniqueCountsOfPastPeriodsAreStillCountedOverASpan(t *testing.T) {
+	// Six periods of 100 ms, one new item in each: the union of the six,
+	// asked after the last, counts all six, though each period ended long
+	// before its sketch's own expiry would have come without retention.
+	// With WithUniqueRetention(0) the sketches of the first periods are
+	// gone by then.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		for _, keep := range []int{MaxUniquePeriods, 0} {
+			c := newClient(t, rdb, WithUniqueRetention(keep))
+			key, w := redistest.Key(t), Fixed(100*time.Millisecond)
+			from := time.Now()
+			var last time.Time
+			for i := range 6 {
+				if _, err := c.AddUnique(ctx, key, w, fmt.Sprint("item", i)); err != nil {
+					t.Fatal(err)
+				}
+				last = time.Now()
+				end := w.period(last).end
+				redistest.WaitFor(t, 5*time.Second, "the period to end", func() bool { return time.Now().After(end) })
+			}
+			if m := b.Miniredis(); m != nil {
+				m.FastForward(time.Since(from)) // miniredis expires keys only when told
+			}
+			// Wait until the first period's sketch would have expired
+			// without retention: end + margin (100 ms) + jitter (< 100 ms).
+			gone := w.period(from).end.Add(250 * time.Millisecond)
+			redistest.WaitFor(t, 5*time.Second, "the first sketch's own expiry", func() bool { return time.Now().After(gone) })
+			if m := b.Miniredis(); m != nil {
+				m.FastForward(time.Second)
+			}
+			n, err := c.CountUniqueBetween(ctx, key, w, from, last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keep > 0 && n != 6 {
+				t.Fatalf("retention %d: union of six periods of one item each: %d, want 6", keep, n)
+			}
+			if keep == 0 && n >= 6 {
+				t.Fatalf("retention 0: union of six periods: %d, want the first periods gone", n)
+			}
+		}
+	})
+}
+
+func TestUniqueRetentionIsChecked(t *testing.T) {
+	for _, n := range []int{-1, MaxUniquePeriods + 1} {
+		if _, err := New(redis.NewClient(&redis.Options{}), WithUniqueRetention(n)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("WithUniqueRetention(%d): %v, want ErrInvalid", n, err)
+		}
+	}
 }
 
 // scratchKeys records the scratch keys of the unions a client sends.

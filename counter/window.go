@@ -227,6 +227,23 @@ func startOfDay(y int, m time.Month, d int, loc *time.Location) time.Time {
 // still find the count), plus a jitter taken from the key's hash, so that
 // the keys of a million users do not all expire in the same second and a
 // key rewritten many times keeps one expiry.
+// longest returns the longest a period of w can last: a calendar day or
+// week may have an hour more than usual (the clocks going back), a month
+// has up to 31 days.
+func (w Window) longest() time.Duration {
+	switch w.kind {
+	case fixedWindow:
+		return w.every
+	case dayWindow:
+		return 25 * time.Hour
+	case weekWindow:
+		return 7*24*time.Hour + time.Hour
+	case monthWindow:
+		return 31*24*time.Hour + time.Hour
+	}
+	return 0
+}
+
 func expiry(p period, key string) time.Time {
 	length := p.end.Sub(p.start)
 	margin := min(length, 5*time.Minute)
