@@ -47,8 +47,8 @@ var optionalNo any = "0"
 
 // batchKeys bounds the keys of one batch: the script reads them with
 // MGET(unpack(KEYS)), and Lua's unpack stops short of 8,000 values. A
-// call with more keys than this goes in a batch of its own.
-const batchKeys = 1000
+// call has at most as many (MaxOps).
+const batchKeys = MaxOps
 
 // sendTakes sends calls in as few calls of take_batch.lua as batchKeys
 // allows (a lone call as itself) and hands each its own part of the
@@ -62,7 +62,15 @@ func (c *Client) sendTakes(ctx context.Context, calls []takeCall) ([]takeReply, 
 			end++
 		}
 		if err := c.sendBatch(ctx, calls[start:end], replies[start:end]); err != nil {
-			return nil, err
+			if start == 0 {
+				return nil, err
+			}
+			// The calls before start were decided: they keep their
+			// replies, and this group's calls get the error, each as if
+			// sent alone. The groups after it go on.
+			for i := start; i < end; i++ {
+				replies[i] = takeReply{err: err}
+			}
 		}
 		start = end
 	}

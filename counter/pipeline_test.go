@@ -2,6 +2,7 @@ package counter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -237,7 +238,7 @@ func TestABatchNeverCarriesMoreKeysThanAScriptCanRead(t *testing.T) {
 	c := newClient(t, rdb)
 	release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
 
-	const calls, counts = 3, 3000
+	const calls, counts = 3, MaxOps
 	var outs []chan takeResult
 	for i := range calls {
 		user := fmt.Sprint("{", redistest.Key(t), i, "}")
@@ -260,5 +261,51 @@ func TestABatchNeverCarriesMoreKeysThanAScriptCanRead(t *testing.T) {
 	}
 	if n := sent.Hits(); n != calls {
 		t.Fatalf("%d script calls for %d calls of %d keys, want one each", n, calls, counts)
+	}
+}
+
+func TestAPartOfASplitBatchThatFailsFailsOnlyItsOwnCalls(t *testing.T) {
+	// Four calls queue: a, b, c and d, of 900, 200, 200 and 900 counts.
+	// They go as three script calls, [a], [b c] and [d] (batchKeys), and
+	// the second fails. a and d were counted and must be told so; only b
+	// and c get the error, as each would have alone.
+	b := redistest.Open(t, redistest.Single)
+	ctx := context.Background()
+	f := redistest.NewFaults()
+	rdb := b.Client(t, f)
+	c := newClient(t, rdb)
+	release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
+	ops := func(name string, n int) []Op {
+		user := "{" + redistest.Key(t) + name + "}"
+		var ops []Op
+		for i := range n {
+			ops = append(ops, Op{Limit: Limit{Key: fmt.Sprint(user, ":", i), Cap: 5, TTL: time.Hour}, N: 1})
+		}
+		return ops
+	}
+	calls := [][]Op{ops("a", 900), ops("b", 200), ops("c", 200), ops("d", 900)}
+	boom := errors.New("boom")
+	fail := f.On(redistest.HasArg(DefaultPrefix + calls[1][0].Key)).Fail(boom)
+	var outs []chan takeResult
+	for i, call := range calls {
+		outs = append(outs, queueTake(t, ctx, c, i+1, call...))
+	}
+	release()
+	for i, out := range outs {
+		r := <-out
+		failed := i == 1 || i == 2
+		if failed && !errors.Is(r.err, boom) {
+			t.Errorf("call %d, in the group that failed: %+v %v, want the error", i, r.out, r.err)
+		}
+		if !failed && (r.err != nil || !r.out.Allowed || len(r.out.Counts) != len(calls[i]) || r.out.Counts[0].Value != 1) {
+			t.Errorf("call %d: %+v %v, want it counted", i, r.out.Allowed, r.err)
+		}
+	}
+	fail.Off()
+	for i, call := range calls {
+		got, err := c.Get(ctx, call[0].Limit)
+		if want := int64(map[bool]int{true: 0, false: 1}[i == 1 || i == 2]); err != nil || got.Value != want {
+			t.Errorf("call %d's first count: %+v %v, want %d", i, got, err, want)
+		}
 	}
 }

@@ -96,12 +96,19 @@ func (c *Client) Incr(ctx context.Context, l Limit, n int64) (Count, error) {
 //
 // A call that go-redis sends again after its reply was lost may count
 // twice, never past a cap (see "Calls sent twice" in the package doc).
+//
+// A call has 1 to MaxOps Ops.
 func (c *Client) Take(ctx context.Context, ops ...Op) (Outcome, error) {
-	if len(ops) == 0 {
-		return Outcome{}, fmt.Errorf("%w: Take needs at least one Op", ErrInvalid)
+	if len(ops) == 0 || len(ops) > MaxOps {
+		return Outcome{}, fmt.Errorf("%w: Take of %d Ops, want 1 to %d", ErrInvalid, len(ops), MaxOps)
 	}
 	return c.take(ctx, ops)
 }
+
+// MaxOps bounds the Ops of one Take: the script reads their keys with one
+// MGET, and Lua cannot pass much more than 8,000 values to a command (far
+// fewer on miniredis).
+const MaxOps = 1000
 
 // Script arguments boxed once: boxing a string into an interface
 // allocates, and these go with every count.
