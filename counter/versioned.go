@@ -41,11 +41,12 @@ const maxVersionMicros = 1<<53 - 1
 // when a write happened. Compare versions of one value with < and ==;
 // versions of different values are unrelated.
 //
-// A value that is deleted or expires starts again from the clock when it is
-// written next. If Redis's clock stepped back in between, a version could
-// then repeat one the deleted value had; a writer still holding that old
-// version would not be stopped. Keep a value (rather than delete and
-// re-create it) where that matters.
+// A value written within five minutes of its deletion gets a version past
+// the deleted one's (CompareAndDelete leaves a tombstone). One that expired,
+// or was deleted longer ago, starts again from the clock: if Redis's clock
+// stepped back in between, a version could then repeat one the old value
+// had, and a writer still holding that old version would not be stopped.
+// Keep a value (rather than delete and re-create it) where that matters.
 type Version int64
 
 // Time returns when the write that made v happened, by the Redis clock
@@ -167,6 +168,13 @@ func (c *Client) CompareAndSet(ctx context.Context, key string, expect Version, 
 //
 // expect must be a version Load or CompareAndSet returned: 0 (or an empty
 // key) is an error wrapping ErrInvalid, and never reaches Redis.
+//
+// The value's hash is not removed at once: for tombstoneTTL (five minutes)
+// it stays without its data, and Load and every call here take it for a
+// value that does not exist. Meanwhile a CompareAndSet that go-redis sends
+// again, whose first run wrote the value deleted here, does not bring it
+// back (it gets ErrConflict), and a value created anew gets a version past
+// the deleted one's even if the Redis clock stepped back.
 func (c *Client) CompareAndDelete(ctx context.Context, key string, expect Version) error {
 	if expect <= 0 {
 		return fmt.Errorf("%w: %q: version %d: CompareAndDelete needs the version of an existing value", ErrInvalid, key, expect)
@@ -175,8 +183,8 @@ func (c *Client) CompareAndDelete(ctx context.Context, key string, expect Versio
 	if err != nil {
 		return err
 	}
-	args := versionedDeleteScript.Args(1, 3)
-	args = append(args, k, int64(expect)/versionSeqs, int64(expect)%versionSeqs)
+	args := versionedDeleteScript.Args(1, 4)
+	args = append(args, k, int64(expect)/versionSeqs, int64(expect)%versionSeqs, tombstoneTTL.Milliseconds())
 	res, err := versionedDeleteScript.Ints(ctx, c.rdb, args)
 	if err != nil {
 		return fmt.Errorf("counter: %q: %w", key, err)
@@ -194,6 +202,10 @@ func (c *Client) CompareAndDelete(ctx context.Context, key string, expect Versio
 	}
 	return nil
 }
+
+// tombstoneTTL is how long a deleted value's tombstone lasts: well past
+// the seconds in which go-redis sends a call again (versioned_delete.lua).
+const tombstoneTTL = 5 * time.Minute
 
 // versionedReply reads a versioned script's reply {ok, us, seq}.
 func versionedReply(res []int64) (ok bool, v Version, err error) {

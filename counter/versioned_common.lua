@@ -7,13 +7,22 @@
 -- holds something else, which the caller returns as is. The fifth is the
 -- token of the call that wrote the value (field w; false for a value
 -- written before the field was kept), read in the same command.
+--
+-- A deleted value leaves a tombstone for a while (versioned_delete.lua):
+-- the hash keeps ver and w, gains dead, and loses data. It reads as a
+-- value that does not exist, with the fifth value the token of the write
+-- that was deleted, and a sixth: the deleted version's parts {us, seq},
+-- which a new value's version must pass.
 local function current_version(key)
-  local got = redis.call('HMGET', key, 'ver', 'w')
+  local got = redis.call('HMGET', key, 'ver', 'w', 'dead')
   local ver = got[1]
   if ver then
     local u, s = string.match(ver, '^(%d+)(%d%d%d)$')
     if not u then
       return 0, 0, ver, redis.error_reply('counter: ' .. key .. ' has a malformed version')
+    end
+    if got[3] then
+      return 0, 0, false, nil, got[2], {tonumber(u), tonumber(s)}
     end
     return tonumber(u), tonumber(s), ver, nil, got[2]
   end

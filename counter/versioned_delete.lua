@@ -6,6 +6,13 @@
 -- ARGV[1]  expected version, microseconds part
 -- ARGV[2]  expected version, sequence part (0..999); never both 0 (Go
 --          refuses: a value that does not exist cannot be deleted)
+-- ARGV[3]  how long the tombstone lasts, in ms
+--
+-- The value is not deleted outright: its data goes, and the hash keeps
+-- ver and w with a field dead, expiring after ARGV[3]. A create resent by
+-- go-redis after its reply was lost, whose first run wrote the value this
+-- deletes, finds its own token there and does not write the value again;
+-- and a new value's version passes the deleted one's.
 --
 -- Reply: {1, 0, 0}: deleted.
 --        {0, us, seq}: not deleted; the current version's parts ({0, 0, 0}:
@@ -20,5 +27,7 @@ end
 if not ver or us ~= tonumber(ARGV[1]) or seq ~= tonumber(ARGV[2]) then
   return {0, us, seq}
 end
-redis.call('DEL', key)
+redis.call('HDEL', key, 'data')
+redis.call('HSET', key, 'dead', '1')
+redis.call('PEXPIRE', key, ARGV[3])
 return {1, 0, 0}

@@ -16,7 +16,8 @@
 -- Reply: {1, us, seq}: written; us and seq are the new version's parts.
 --        Also when this is a resend whose first run wrote (the stored
 --        token is ARGV[6]): us and seq are then the version that run
---        stamped. A write by another call in between hides it: {0, ...}.
+--        stamped. A write or delete by another call in between hides it:
+--        {0, ...}.
 --        {0, us, seq}: not written; the current version's parts ({0, 0, 0}:
 --        the value does not exist).
 --
@@ -27,9 +28,15 @@
 -- by side (the decimal of us*1000 + seq), and splits the last three digits
 -- off when it reads ver back. Go combines the parts into an int64.
 local key = KEYS[1]
-local us, seq, ver, bad, writer = current_version(key)
+local us, seq, ver, bad, writer, dead = current_version(key)
 if bad then
   return bad
+end
+if dead and writer == ARGV[6] then
+  -- A resend whose first run wrote, and another call deleted that write
+  -- since: writing again would undo the delete. Reported as a conflict,
+  -- like a write in between.
+  return {0, 0, 0}
 end
 
 if us ~= tonumber(ARGV[1]) or seq ~= tonumber(ARGV[2]) then
@@ -52,7 +59,10 @@ end
 -- a new microsecond at sequence 0; the same or an earlier one (a second
 -- write in one microsecond, a clock stepped back) counts on from the old
 -- version, carrying into the next microsecond after 999. So versions only
--- grow.
+-- grow, past a deleted value's too while its tombstone lasts.
+if dead then
+  us, seq = dead[1], dead[2]
+end
 if now > us then
   us, seq = now, 0
 elseif seq < 999 then
@@ -62,10 +72,13 @@ else
 end
 
 redis.call('HSET', key, 'data', ARGV[3], 'ver', string.format('%d%03d', us, seq), 'w', ARGV[6])
+if dead then
+  redis.call('HDEL', key, 'dead')
+end
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then
   redis.call('PEXPIRE', key, ttl)
-elseif ver then
+elseif ver or dead then
   redis.call('PERSIST', key)
 end
 return {1, us, seq}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/surgekit/surge/internal/redistest"
 )
 
@@ -509,6 +511,89 @@ func TestVersionedValuesWithoutATokenStillWork(t *testing.T) {
 		}
 		if err := c.CompareAndDelete(ctx, key, v); err != nil {
 			t.Fatalf("delete: %v", err)
+		}
+	})
+}
+
+// A create whose reply is lost is sent again by go-redis; if another
+// client deleted the value in between, the resend must not bring it back.
+func TestVersionedResentCreateDoesNotUndoADelete(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newClient(t, b.Client(t, f))
+		other := newClient(t, b.Client(t))
+		key := redistest.Key(t)
+		deleted := errors.New("not run")
+		rule := f.On(redistest.Script(versionedSetScript.Hash())).Resend().Between(func() {
+			v, err := other.Load(ctx, key)
+			if err != nil {
+				deleted = err
+				return
+			}
+			deleted = other.CompareAndDelete(ctx, key, v.Version)
+		})
+		_, err := c.CompareAndSet(ctx, key, 0, []byte("created once"), time.Hour)
+		rule.Off()
+		if rule.Hits() == 0 {
+			t.Fatal("the create never ran")
+		}
+		if deleted != nil {
+			t.Fatalf("the other client's delete: %v", deleted)
+		}
+		if !errors.Is(err, ErrConflict) {
+			t.Fatalf("resent create after a delete: %v, want ErrConflict", err)
+		}
+		if got := mustLoad(t, c, key); got.Version != 0 || got.Data != nil {
+			t.Fatalf("after the delete and the resent create Load = {%q, %d}, want the value gone", got.Data, got.Version)
+		}
+	})
+}
+
+// A deleted value's tombstone: it expires, it reads as nothing, and a new
+// value gets a version past the deleted one even with the clock stepped
+// back, and no expiry unless asked.
+func TestVersionedADeletedValueLeavesATombstoneForAWhile(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		now := time.Now().Truncate(time.Microsecond)
+		c.clock = func() time.Time { return now }
+		key := redistest.Key(t)
+		k, err := c.key(key, versionedSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v1 := mustCAS(t, c, key, 0, "lamp", 0)
+		if err := c.CompareAndDelete(ctx, key, v1); err != nil {
+			t.Fatal(err)
+		}
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > tombstoneTTL {
+			t.Fatalf("tombstone PTTL %v, want in (0, %v]", ttl, tombstoneTTL)
+		}
+		if data := rdb.HGet(ctx, k, "data"); data.Err() != redis.Nil {
+			t.Fatalf("tombstone data: %v, want none", data)
+		}
+		if got := mustLoad(t, c, key); got.Version != 0 || got.Data != nil {
+			t.Fatalf("Load of a deleted value = %+v, want Value{}", got)
+		}
+		if err := c.CompareAndDelete(ctx, key, v1); !errors.Is(err, ErrNotExist) {
+			t.Fatalf("delete again: %v, want ErrNotExist", err)
+		}
+		now = now.Add(-time.Hour)
+		v2 := mustCAS(t, c, key, 0, "rug", 0)
+		if v2 != v1+1 {
+			t.Fatalf("re-created with the clock stepped back: version %d, want %d", v2, v1+1)
+		}
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl != -1 {
+			t.Fatalf("re-created with ttl 0: PTTL %v, want none (-1)", ttl)
+		}
+		if dead := rdb.HExists(ctx, k, "dead").Val(); dead {
+			t.Fatal("re-created value still marked dead")
+		}
+		if got := mustLoad(t, c, key); string(got.Data) != "rug" || got.Version != v2 {
+			t.Fatalf("Load = {%q, %d}, want {rug, %d}", got.Data, got.Version, v2)
 		}
 	})
 }
