@@ -258,24 +258,40 @@ func (r *calendarReader) read(ctx context.Context, first time.Time) error {
 	if len(res) != len(months) {
 		return fmt.Errorf("counter: streak %q: %d values in reply to %d months", r.user, len(res), len(months))
 	}
+	var absent []any
 	for i, v := range res {
 		switch v := v.(type) {
 		case nil:
 			r.months[months[i]] = ""
+			absent = append(absent, args[1+i])
 		case string:
 			r.months[months[i]] = v
 		default:
 			return fmt.Errorf("counter: streak %q: unexpected %T in reply", r.user, v)
 		}
 	}
+	// MGET reads a key of another type as nil, like a missing one, where
+	// Month and the marks get WRONGTYPE: a month read as nil is checked,
+	// in one EXISTS for all of them.
+	if len(absent) > 0 {
+		exists := redis.NewIntCmd(ctx, append([]any{"exists"}, absent...)...)
+		if err := r.c.rdb.Process(ctx, exists); err != nil {
+			return fmt.Errorf("counter: streak %q: %w", r.user, err)
+		}
+		if exists.Val() > 0 {
+			return fmt.Errorf("%w: counter: streak %q: a month of the calendar is not a calendar", ErrWrongType, r.user)
+		}
+	}
 	return nil
 }
 
 // calendarKey returns the key of user's calendar for a month and when it
-// expires: CalendarRetentionDays after the month ends (in UTC: the key is
-// the same whatever the user's zone, and a day either way does not matter
-// at this scale), plus the jitter of expiry, so that the calendars of
-// millions of users do not all expire in the same second.
+// expires: CalendarRetentionDays after the month ends, plus the jitter of
+// expiry, so that the calendars of millions of users do not all expire in
+// the same second. The month ends by UTC, as the key is the same whatever
+// the user's zone, and two days more cover every zone (UTC-12 to UTC+14):
+// a streak of CalendarRetentionDays read in the evening in Honolulu still
+// finds its first day.
 func (c *Client) calendarKey(user string, year int, month time.Month) (string, time.Time, error) {
 	if year < 1 || year > 9999 {
 		return "", time.Time{}, fmt.Errorf("%w: calendar %q: year %d is not 1 to 9999", ErrInvalid, user, year)
@@ -285,7 +301,7 @@ func (c *Client) calendarKey(user string, year int, month time.Month) (string, t
 		return "", time.Time{}, fmt.Errorf("calendar: %w", err)
 	}
 	end := time.Date(year, month+1, 1, 0, 0, 0, 0, time.UTC)
-	return k, expiry(period{start: end, end: end.AddDate(0, 0, CalendarRetentionDays)}, k), nil
+	return k, expiry(period{start: end, end: end.AddDate(0, 0, CalendarRetentionDays+2)}, k), nil
 }
 
 // markAt decodes the mark of field i (day i+1) of a calendar string.

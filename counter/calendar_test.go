@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/surgekit/surge/internal/redistest"
 )
 
@@ -266,9 +269,11 @@ func TestACalendarMonthIsTinyAndExpires(t *testing.T) {
 		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Fatalf("PTTL %v, want > 0", ttl)
 		}
-		kept := date(y, 2, 1, time.UTC).AddDate(0, 0, CalendarRetentionDays)
+		// Two days more than the retention: the month ends at a time that
+		// depends on the user's zone, from UTC-12 to UTC+14.
+		kept := date(y, 2, 1, time.UTC).AddDate(0, 0, CalendarRetentionDays+2)
 		if exp.Before(kept) || exp.After(kept.Add(2*time.Hour)) {
-			t.Fatalf("expiry %v, want %d days after the month, plus at most a jitter", exp, CalendarRetentionDays)
+			t.Fatalf("expiry %v, want %d+2 days after the month, plus at most a jitter", exp, CalendarRetentionDays)
 		}
 		got := rdb.PExpireTime(ctx, k).Val()
 		if d := got - time.Duration(exp.UnixMilli())*time.Millisecond; d < -5*time.Millisecond || d > 5*time.Millisecond {
@@ -527,6 +532,67 @@ func TestCalendarsWithoutATokenStillWork(t *testing.T) {
 		}
 		if v.Total != len(want) {
 			t.Errorf("Total %d, want %d", v.Total, len(want))
+		}
+	})
+}
+
+// A streak as long as the calendar keeps, read in the evening west of UTC
+// (where the user's today is a day behind UTC's): its first day's month
+// must still be stored. miniredis's clock is moved to that evening, and
+// its keys expired as if the time had passed.
+func TestAStreakReadWestOfUTCStillFindsItsFirstDay(t *testing.T) {
+	srv := miniredis.RunT(t)
+	hnl, err := time.LoadLocation("Pacific/Honolulu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	ctx := context.Background()
+	markedAt := time.Date(2026, 3, 6, 12, 0, 0, 0, time.UTC)
+	srv.SetTime(markedAt)
+	set := pinned(c, markedAt)
+	// Every day from 2025-01-30 to 2026-03-06 in Honolulu: 401 days.
+	for d := date(2025, 1, 30, hnl); d.Before(date(2026, 3, 7, hnl)); d = d.AddDate(0, 0, 1) {
+		if ok, err := c.SignIn(ctx, "u", d); err != nil || !ok {
+			t.Fatal(d, ok, err)
+		}
+	}
+	// 20:00 on 2026-03-07 in Honolulu is 06:00 on the 8th in UTC; the
+	// streak's first day, 400 days back, is 2025-01-31, whose month ended
+	// 400 days and 6 hours before by UTC.
+	today := time.Date(2026, 3, 7, 20, 0, 0, 0, hnl)
+	set(today)
+	srv.SetTime(today)
+	srv.FastForward(today.Sub(markedAt))
+	if n, err := c.Streak(ctx, "u", today); err != nil || n != CalendarRetentionDays {
+		t.Fatalf("streak of a user signed in on each of the last 401 days, today not yet: %d %v, want %d", n, err, CalendarRetentionDays)
+	}
+}
+
+// Streak reads months with MGET, which takes a key of another type for a
+// missing one: it must fail as Month does, not read an empty month.
+func TestAStreakOverAMonthOfAnotherTypeFails(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		user := redistest.Key(t)
+		y := calendarYear()
+		if _, err := c.SignIn(ctx, user, date(y, 12, 1, time.UTC)); err != nil {
+			t.Fatal(err)
+		}
+		k, _, err := c.calendarKey(user, y, 11)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, k, "x", "y").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Month(ctx, user, y, 11); err == nil {
+			t.Fatal("Month of a hash: no error")
+		}
+		if n, err := c.Streak(ctx, user, date(y, 12, 1, time.UTC)); !errors.Is(err, ErrWrongType) {
+			t.Fatalf("Streak over a hash: %d %v, want ErrWrongType", n, err)
 		}
 	})
 }

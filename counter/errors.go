@@ -27,6 +27,7 @@ var (
 	// another program's key under the same name. The call fails: nothing
 	// of it is counted, optional counts included (an Optional count never
 	// refuses a call, but this is an error, not a refusal), and the value
-	// is left as it is.
+	// is left as it is. Streak returns it too, for a month of the calendar
+	// that holds another type than a string.
 	ErrWrongType = errors.New("counter: key holds another type of value than a count")
 )
