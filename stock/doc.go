@@ -137,25 +137,30 @@
 // had them. If none did, the home has a last look at its own stock, which a
 // cancel or a sweep may have refilled meanwhile, and holds the units itself,
 // or drops the claim: Reserve answers ErrSoldOut only after every bucket
-// refused, the home last. A retry that finds the claim still open (the first
-// call is at work, or died mid-way) resumes it. It first asks every other
-// bucket whether it holds the order already (the first call may have taken
-// the units and lost the reply), all in one pipeline, and settles onto such
-// a hold; only then does it ask for units. The first settle wins, and a call
-// that loses gives back what it took. If nobody resumes, the claim and any
-// units taken end at the deadline like any hold; so do units a first call
-// took after its retry had looked and before the first call died, the one
-// case in which an order holds units in two buckets for a while (never sells
-// them twice: Confirm goes to the bucket the home recorded). Past the
-// deadline a claim is never settled, resumed or answered as pending: settle
-// and Reserve end it as the sweep would, a bucket whose hold for it ended
-// does not offer that hold again, and the order is reported returned.
-// Confirm and Cancel of such an order decide on the bucket holding the units
-// and then tell the home; the sweep tells the home about holds it returned
-// through the outbox, so a crash cannot lose the news, only delay it (until
-// then the buyer's count stays high, never low). News for an order whose
-// claim is still open stays in the outbox until the claim is settled or
-// ends. The home heeds only the bucket it recorded as holding the units.
+// refused, the home last, and once it has asked the others again (in one
+// pipeline) whether they got units back since they refused (each bucket
+// counts the returns and restocks it takes). So a sold-out answer means that
+// at one moment, the home's last look, no bucket had the units; if one got
+// some back, the walk starts again, three walks at most. A retry that finds
+// the claim still open (the first call is at work, or died mid-way) resumes
+// it. It first asks every other bucket whether it holds the order already
+// (the first call may have taken the units and lost the reply), all in one
+// pipeline, and settles onto such a hold; only then does it ask for units.
+// The first settle wins, and a call that loses gives back what it took. If
+// nobody resumes, the claim and any units taken end at the deadline like any
+// hold; so do units a first call took after its retry had looked and before
+// the first call died, the one case in which an order holds units in two
+// buckets for a while (never sells them twice: Confirm goes to the bucket
+// the home recorded). Past the deadline a claim is never settled, resumed or
+// answered as pending: settle and Reserve end it as the sweep would, a
+// bucket whose hold for it ended does not offer that hold again, and the
+// order is reported returned. Confirm and Cancel of such an order decide on
+// the bucket holding the units and then tell the home; the sweep tells the
+// home about holds it returned through the outbox, so a crash cannot lose
+// the news, only delay it (until then the buyer's count stays high, never
+// low). News for an order whose claim is still open stays in the outbox
+// until the claim is settled or ends. The home heeds only the bucket it
+// recorded as holding the units.
 //
 // With buckets, the units of one order come from one bucket: an order for
 // q units is refused when no single bucket has q, even if several together

@@ -8,7 +8,10 @@
 -- in this order (all share the bucket's hash tag):
 --   KEYS[1] bucket  hash: total, available, held, sold (units); n (buckets
 --                   of the item), k (this bucket's index), limit (units per
---                   buyer, 0 = none), exp (expiry, ms);
+--                   buyer, 0 = none), exp (expiry, ms); ret (how many times
+--                   units came back: give_back and restock.lua bump it, so
+--                   a caller that saw the bucket refuse knows whether it
+--                   may have units again);
 --                   "o:<order id>" -> order record (see below);
 --                   "b:<buyer>" -> units held, sold or claimed by the
 --                   buyer's orders homed here (only with a limit)
@@ -102,6 +105,7 @@ local function records()
   -- through the outbox.
   function R.give_back(order, r, self, limit)
     redis.call('HINCRBY', KEYS[1], 'available', r.q)
+    redis.call('HINCRBY', KEYS[1], 'ret', 1)
     redis.call('HINCRBY', KEYS[1], 'held', -r.q)
     r.st = R.RETURNED
     redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))

@@ -122,16 +122,35 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 }
 
 // reserveRouted runs reserve again while the item's number of buckets
-// changes under it.
+// changes under it, or while buckets that refused the order get units
+// back before it can be answered sold out.
 func (c *Counter) reserveRouted(ctx context.Context, item string, o Order) (Reservation, error) {
-	for range 3 {
+	reroutes, walks := 0, 0
+	for {
 		r, err := c.reserve(ctx, item, o)
-		if !errors.Is(err, errReroute) {
+		switch {
+		case errors.Is(err, errReroute):
+			if reroutes++; reroutes == 3 {
+				return Reservation{}, fmt.Errorf("stock: %q: the item's buckets keep changing", item)
+			}
+		case errors.Is(err, errRefilled):
+			if walks++; walks == maxWalks {
+				return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
+			}
+		default:
 			return r, err
 		}
 	}
-	return Reservation{}, fmt.Errorf("stock: %q: the item's buckets keep changing", item)
 }
+
+// errRefilled says that a bucket that refused an order got units back
+// before every bucket had refused it (refilledSince).
+var errRefilled = errors.New("stock: a bucket got units back during the walk")
+
+// maxWalks bounds the walks over the buckets of one Reserve that a
+// refilled bucket sends round again: after the last, the order is
+// answered sold out, though units came and went during each walk.
+const maxWalks = 3
 
 func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservation, error) {
 	l := c.layoutFor(item, c.bucketCount(item))
@@ -184,6 +203,8 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
 		}
 	}
+	// refused[k] is bucket k's count of returns when it refused.
+	refused := make([]int64, l.n)
 	for i := 1; i < l.n; i++ {
 		k := (h + i) % l.n
 		res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, false))
@@ -195,31 +216,54 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 		if res[0] != codeEmpty {
 			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
 		}
+		if len(res) > 1 {
+			refused[k] = res[1]
+		}
 	}
-	return c.dropClaim(ctx, item, l, h, holdAtHome, o, deadline, resumed, fmt.Errorf("%w: %q", ErrSoldOut, item))
+	r, err := c.dropClaim(ctx, item, l, h, holdAtHome, o, deadline, resumed, fmt.Errorf("%w: %q", ErrSoldOut, item))
+	if !errors.Is(err, ErrSoldOut) {
+		return r, err
+	}
+	// The home refused last. Every other bucket refused before it, but one
+	// may have got units back since (a cancel, a sweep, a restock): sold
+	// out holds only if none did, for then there was a moment, the home's
+	// refusal, when no bucket had the units.
+	refilled, verr := c.refilledSince(ctx, item, l, h, o, deadline, refused)
+	switch {
+	case verr != nil:
+		return Reservation{}, verr
+	case refilled:
+		return Reservation{}, errRefilled
+	}
+	return r, err
 }
 
-// lookElsewhere asks every bucket but the home, in one pipeline (one round
-// trip, or one a node on a cluster), whether it knows order o, and returns
-// the first in the walk's order that does, with its take.lua reply; a nil
-// reply when none does. Looking writes nothing, so asking all at once
-// answers as asking in turn would; the replies after the first that knows
-// the order are ignored, as asking in turn would not have sent them.
-func (c *Counter) lookElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64) (int, []int64, error) {
+// lookAll asks every bucket but the home, in the walk's order, whether it
+// knows order o (take.lua's look), in one pipeline: one round trip, or one
+// a node on a cluster. Looking writes nothing, so asking all at once
+// answers as asking in turn would.
+func (c *Counter) lookAll(ctx context.Context, l *layout, h int, o Order, deadline int64) ([][]any, [][]int64, []error) {
 	args := make([][]any, l.n-1)
 	for i := range args {
 		args[i] = takeArgs(l, (h+1+i)%l.n, h, o, deadline, true)
 	}
-	var replies [][]int64
-	var errs []error
 	if p, ok := c.rdb.(script.Pipeliner); ok {
-		replies, errs = takeScript.IntsEach(ctx, p, args)
-	} else {
-		replies, errs = make([][]int64, len(args)), make([]error, len(args))
-		for i := range args {
-			replies[i], errs[i] = takeScript.Ints(ctx, c.rdb, args[i])
-		}
+		replies, errs := takeScript.IntsEach(ctx, p, args)
+		return args, replies, errs
 	}
+	replies, errs := make([][]int64, len(args)), make([]error, len(args))
+	for i := range args {
+		replies[i], errs[i] = takeScript.Ints(ctx, c.rdb, args[i])
+	}
+	return args, replies, errs
+}
+
+// lookElsewhere returns the first bucket in the walk's order that knows
+// order o, with its take.lua reply; a nil reply when none does. The
+// replies after it are ignored, as asking in turn would not have sent
+// those questions.
+func (c *Counter) lookElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64) (int, []int64, error) {
+	args, replies, errs := c.lookAll(ctx, l, h, o, deadline)
 	for i := range args {
 		res, err := c.checkReply(item, args[i], replies[i], errs[i])
 		if err != nil {
@@ -230,6 +274,23 @@ func (c *Counter) lookElsewhere(ctx context.Context, item string, l *layout, h i
 		}
 	}
 	return 0, nil, nil
+}
+
+// refilledSince reports whether a bucket other than the home got units
+// back since it refused order o with its count of returns at refused[k],
+// or has come to know the order (a retry of it took units there).
+func (c *Counter) refilledSince(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, refused []int64) (bool, error) {
+	args, replies, errs := c.lookAll(ctx, l, h, o, deadline)
+	for i := range args {
+		res, err := c.checkReply(item, args[i], replies[i], errs[i])
+		if err != nil {
+			return false, err
+		}
+		if res[0] != codeUnknownOrder || len(res) < 2 || res[1] != refused[(h+1+i)%l.n] {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // tookElsewhere acts on bucket k's take.lua reply res, one that ends the

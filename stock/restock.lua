@@ -31,4 +31,5 @@ end
 redis.call('HSET', KEYS[1], 'r:' .. ARGV[3], 1)
 redis.call('HINCRBY', KEYS[1], 'total', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'available', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'ret', 1)
 return {1}

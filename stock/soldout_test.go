@@ -103,22 +103,27 @@ func TestAnOrderTooLargeForWhatIsLeftDoesNotMarkSmallerOnesSoldOut(t *testing.T)
 
 func TestARefusalThatArrivesAfterACancelOnTheSameCounterDoesNotHideTheReturnedUnit(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		isTake := redistest.Script(takeScript.Hash())
 		for _, tc := range []struct {
 			name    string
 			buckets int
-			refuser string // the script whose empty reply is held back
+			refuser redistest.Match // the command whose reply is held back
 			// cancelled is the bucket whose unit comes back once the
 			// refuser found it empty: with two, bucket 1, which bob asked
-			// last (his home has a last look at its own stock).
+			// last and which was then found unchanged, still empty, after
+			// his home's last look at its own stock.
 			cancelled int
 		}{
-			{"1 bucket", 1, reserveScript.Hash(), 0},
-			{"2 buckets", 2, takeScript.Hash(), 1},
+			{"1 bucket", 1, redistest.Script(reserveScript.Hash()), 0},
+			{"2 buckets", 2, func(cmd redis.Cmder) bool {
+				args := cmd.Args()
+				return isTake(cmd) && args[len(args)-1] == "1"
+			}, 1},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := context.Background()
 				n := tc.buckets
-				g := newReplyGate(t, redistest.Script(tc.refuser))
+				g := newReplyGate(t, tc.refuser)
 				c := newCounter(t, b.Client(t, g), WithSoldOutCache(time.Hour))
 				item := newItem(t, c, Item{Total: int64(n), Buckets: n})
 				// Each bucket's unit goes to a buyer homed there.
@@ -147,6 +152,43 @@ func TestARefusalThatArrivesAfterACancelOnTheSameCounterDoesNotHideTheReturnedUn
 				}
 			})
 		}
+	})
+}
+
+func TestSoldOutIsAnsweredOnlyIfEveryBucketWasEmptyAtOnce(t *testing.T) {
+	// Three buckets of one unit, all held. bob, homed in 0, is refused by
+	// bucket 1; before bucket 2 refuses him too, ben's unit in bucket 1
+	// comes back. No moment had every bucket empty: bob must get the
+	// unit, not sold out.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		const n = 3
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		item := newItem(t, c, Item{Total: n, Buckets: n})
+		l := c.layoutFor(item, n)
+		ben := buyerHomedAt(1, n, "ben")
+		for _, o := range []Order{order("a0", buyerHomedAt(0, n, "ann")), order("b1", ben), order("c2", buyerHomedAt(2, n, "cat"))} {
+			if _, err := c.Reserve(ctx, item, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		paused := f.On(takeIn(l, 2)).Hold().Times(1)
+		got := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, order("x", buyerHomedAt(0, n, "bob")))
+			got <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "bob's take in bucket 2 to be paused", func() bool { return paused.Hits() == 1 })
+		if err := c.Cancel(ctx, item, "b1", ben); err != nil {
+			t.Fatal(err)
+		}
+		paused.Release()
+		o := <-got
+		if o.err != nil || o.r.Bucket != 1 {
+			t.Fatalf("bob: %+v %v, want the unit back in bucket 1", o.r, o.err)
+		}
+		wantLevels(t, c, item, Levels{Total: n, Held: n})
 	})
 }
 

@@ -11,13 +11,14 @@
 -- ARGV[7]  '1' to only look for the order here (a resumed claim, below),
 --          '0' to take the units
 --
--- Reply, an array of integers:
---   {-9}           looking: this bucket does not know the order
+-- Reply, an array of integers (ret: the bucket's count of returns, see
+-- records.lua):
+--   {-9, ret}      looking: this bucket does not know the order
 --   {1}            held here until the deadline
 --   {2, state}     this bucket already holds the order (a repeated call,
 --                  state 1), or sold it (state 2: another call settled the
 --                  claim here and the order was confirmed since)
---   {-1}           not enough stock here
+--   {-1, ret}      not enough stock here
 --   {-3}           the order id is taken here by another order
 --   {-8}           the claim is over: its deadline has passed, or this
 --                  bucket's hold for the order ended (returned, or past its
@@ -36,7 +37,7 @@
 -- (mirror.lua), would count them against the buyer until it arrived.
 local order, buyer, q, deadline = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local R = records()
-local self, limit, c, err = R.check_bucket(ARGV[6], 'available', 'held', 'o:' .. order)
+local self, limit, c, err = R.check_bucket(ARGV[6], 'available', 'held', 'o:' .. order, 'ret')
 if err then
   return err
 end
@@ -52,7 +53,7 @@ if c[3] then
   return {-8}
 end
 if ARGV[7] == '1' then
-  return {-9}
+  return {-9, tonumber(c[4]) or 0}
 end
 
 if deadline <= now then
@@ -62,12 +63,12 @@ local available, held = tonumber(c[1]), tonumber(c[2])
 if available < q and held > 0 then
   local units = R.sweep(now, 16, self, limit)
   if units > 0 then
-    c = redis.call('HMGET', KEYS[1], 'available', 'held')
+    c = redis.call('HMGET', KEYS[1], 'available', 'held', 'o:' .. order, 'ret')
     available, held = tonumber(c[1]), tonumber(c[2])
   end
 end
 if available < q then
-  return {-1}
+  return {-1, tonumber(c[4]) or 0}
 end
 redis.call('HSET', KEYS[1], 'available', available - q, 'held', held + q, 'o:' .. order,
   R.encode({st = R.HELD, q = q, stock = self, home = tonumber(ARGV[5]), deadline = deadline, buyer = buyer}))
