@@ -56,6 +56,9 @@ import (
 const (
 	drawsPerDay = 3
 	winsInTotal = 5
+	// campaign is how long the lottery runs: the life of a user's count of
+	// wins.
+	campaign    = 30 * 24 * time.Hour
 	drawnBefore = 2 // draws the attacker made earlier today
 )
 
@@ -325,7 +328,10 @@ func (w *world) surge(service time.Duration) drawFunc {
 	return func(ctx context.Context, user string, decided func()) (bool, bool, string, error) {
 		tag := "{" + user + "}"
 		draws := counter.Limit{Key: tag + ":draws", Cap: drawsPerDay, Window: daily}
-		wins := counter.Limit{Key: tag + ":wins", Cap: winsInTotal, TTL: 30 * 24 * time.Hour}
+		// "In total" means for the campaign: every key is born with an
+		// expiry, so the count of wins lives as long as the campaign
+		// (here a month from the first win) and would start again after.
+		wins := counter.Limit{Key: tag + ":wins", Cap: winsInTotal, TTL: campaign}
 		time.Sleep(service) // the prize service draws the ticket: it wins
 		out, err := c.Take(ctx,
 			counter.Op{Limit: draws, N: 1},
