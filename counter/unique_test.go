@@ -219,6 +219,32 @@ func TestUniqueCountsOfPastPeriodsAreStillCountedOverASpan(t *testing.T) {
 	})
 }
 
+func TestAUniqueCountOfAYearLongWindowIsKept(t *testing.T) {
+	// 400 periods of a year pass time.Duration's 292 years: the expiry
+	// must still come out in the future, not wrap into the past.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		key, w := redistest.Key(t), Fixed(365*24*time.Hour)
+		if _, err := c.AddUnique(ctx, key, w, "a", "b", "c"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.CountUnique(ctx, key, w); err != nil || n != 3 {
+			t.Fatalf("CountUnique after adding three: %d %v, want 3", n, err)
+		}
+		base, err := c.uniqueBase(key, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := placeBase(base, w, time.Now()).key.(string)
+		// In ms as Redis sends it: as a time.Duration it would overflow.
+		if ms, err := rdb.Do(ctx, "pttl", k).Int64(); err != nil || ms < (365*24*time.Hour).Milliseconds() {
+			t.Fatalf("PTTL %d ms %v, want more than the year", ms, err)
+		}
+	})
+}
+
 func TestUniqueRetentionIsChecked(t *testing.T) {
 	for _, n := range []int{-1, MaxUniquePeriods + 1} {
 		if _, err := New(redis.NewClient(&redis.Options{}), WithUniqueRetention(n)); !errors.Is(err, ErrInvalid) {

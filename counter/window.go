@@ -221,12 +221,6 @@ func startOfDay(y int, m time.Month, d int, loc *time.Location) time.Time {
 	return hi
 }
 
-// expiry returns when the key of period p, named key, may go: after the
-// period ends, plus a margin well above the clock skew between Redis
-// servers (a failover to a replica whose clock is a little behind must
-// still find the count), plus a jitter taken from the key's hash, so that
-// the keys of a million users do not all expire in the same second and a
-// key rewritten many times keeps one expiry.
 // longest returns the longest a period of w can last: a calendar day or
 // week may have an hour more than usual (the clocks going back), a month
 // has up to 31 days.
@@ -244,6 +238,12 @@ func (w Window) longest() time.Duration {
 	return 0
 }
 
+// expiry returns when the key of period p, named key, may go: after the
+// period ends, plus a margin well above the clock skew between Redis
+// servers (a failover to a replica whose clock is a little behind must
+// still find the count), plus a jitter taken from the key's hash, so that
+// the keys of a million users do not all expire in the same second and a
+// key rewritten many times keeps one expiry.
 func expiry(p period, key string) time.Time {
 	length := p.end.Sub(p.start)
 	margin := min(length, 5*time.Minute)
