@@ -28,8 +28,9 @@ import (
 // decides when the user's day begins.
 
 // CalendarRetentionDays is how long a month's calendar is kept after the
-// month ends, in days. It is also the longest streak Streak reports: a
-// streak reaches back at most this far, so all of it is still stored.
+// month ends, in days (two more by UTC, to cover every time zone). It is
+// also the longest streak Streak reports: a streak reaches back at most
+// this far, so all of it is still stored.
 const CalendarRetentionDays = 400
 
 // Mark is what a user's calendar says about one day. The marks are two
@@ -230,56 +231,51 @@ func (r *calendarReader) at(ctx context.Context, day time.Time) (Mark, error) {
 	return markAt(bits, day.Day()-1), nil
 }
 
-// read fetches the month starting first and earlier ones in one MGET (a
-// user's months share the user's hash tag, so one slot). The first read
-// takes two months; a second takes every month back to r.oldest.
+// read fetches the month starting first and earlier ones in one script
+// call, calendar_read.lua (a user's months share the user's hash tag, so
+// one slot). The first read takes two months; a second takes every month
+// back to r.oldest.
 func (r *calendarReader) read(ctx context.Context, first time.Time) error {
 	last := time.Date(r.oldest.Year(), r.oldest.Month(), 1, 0, 0, 0, 0, time.UTC)
 	var months []time.Time
-	args := []any{"mget"}
+	var keys []any
 	for mo := first; !mo.Before(last) && (r.reads > 0 || len(months) < 2); mo = mo.AddDate(0, -1, 0) {
 		k, _, err := r.c.calendarKey(r.user, mo.Year(), mo.Month())
 		if err != nil {
 			return err
 		}
 		months = append(months, mo)
-		args = append(args, k)
+		keys = append(keys, k)
 	}
 	if len(months) == 0 { // before the retention: nothing to read
 		r.months[first] = ""
 		return nil
 	}
 	r.reads++
-	cmd := redis.NewSliceCmd(ctx, args...)
-	if err := r.c.rdb.Process(ctx, cmd); err != nil {
+	// Read-only: a client that reads replicas may send it to one, as it
+	// may any report (see the package doc).
+	res, err := calendarReadScript.Values(ctx, r.c.rdb, append(calendarReadScript.ArgsRO(len(keys), len(keys)), keys...))
+	if err != nil {
 		return fmt.Errorf("counter: streak %q: %w", r.user, err)
 	}
-	res := cmd.Val()
+	if len(res) == 1 && len(months) > 1 {
+		if _, ok := res[0].(int64); ok {
+			return fmt.Errorf("%w: counter: streak %q: a month of the calendar is not a calendar", ErrWrongType, r.user)
+		}
+	}
 	if len(res) != len(months) {
 		return fmt.Errorf("counter: streak %q: %d values in reply to %d months", r.user, len(res), len(months))
 	}
-	var absent []any
 	for i, v := range res {
 		switch v := v.(type) {
 		case nil:
 			r.months[months[i]] = ""
-			absent = append(absent, args[1+i])
 		case string:
 			r.months[months[i]] = v
+		case int64:
+			return fmt.Errorf("%w: counter: streak %q: a month of the calendar is not a calendar", ErrWrongType, r.user)
 		default:
 			return fmt.Errorf("counter: streak %q: unexpected %T in reply", r.user, v)
-		}
-	}
-	// MGET reads a key of another type as nil, like a missing one, where
-	// Month and the marks get WRONGTYPE: a month read as nil is checked,
-	// in one EXISTS for all of them.
-	if len(absent) > 0 {
-		exists := redis.NewIntCmd(ctx, append([]any{"exists"}, absent...)...)
-		if err := r.c.rdb.Process(ctx, exists); err != nil {
-			return fmt.Errorf("counter: streak %q: %w", r.user, err)
-		}
-		if exists.Val() > 0 {
-			return fmt.Errorf("%w: counter: streak %q: a month of the calendar is not a calendar", ErrWrongType, r.user)
 		}
 	}
 	return nil

@@ -596,3 +596,30 @@ func TestAStreakOverAMonthOfAnotherTypeFails(t *testing.T) {
 		}
 	})
 }
+
+// Streak reads this month and the last in one round trip, a month not
+// stored (the user's first sign-in this month, none the month before)
+// included: the check that a month read as nil is not of another type
+// goes in the same script.
+func TestAStreakOfAFewDaysIsOneRoundTrip(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newClient(t, b.Client(t, f))
+		user := redistest.Key(t)
+		today := date(calendarYear(), 3, 10, time.UTC)
+		if _, err := c.SignIn(ctx, user, today); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Streak(ctx, user, today); err != nil { // the script loaded
+			t.Fatal(err)
+		}
+		sent := f.On(redistest.Any())
+		if n, err := c.Streak(ctx, user, today); err != nil || n != 1 {
+			t.Fatalf("Streak: %d %v, want 1", n, err)
+		}
+		if n := sent.Hits(); n != 1 {
+			t.Fatalf("Streak of one day sent %d commands, want one", n)
+		}
+	})
+}

@@ -115,9 +115,10 @@
 //     (field w of the hash), and a run that finds its own token knows the
 //     write is its own. Only another write or delete between the two runs
 //     hides it, and the call then reports ErrConflict although its write
-//     landed. A deleted value leaves a tombstone for five minutes, so a
-//     create sent again does not bring back what another call deleted
-//     (unless the value expired in between).
+//     landed. A deleted value leaves a tombstone for five minutes, with
+//     the tokens of the calls that created it and last wrote it, so that
+//     a create or a write sent again does not bring back what another
+//     call deleted (unless the value expired in between).
 //   - CompareAndDelete that finds no value returns ErrNotExist, not
 //     ErrConflict: the value is gone, perhaps deleted by this very call.
 //   - SignIn, MakeUp and Reward report true when their first run made the

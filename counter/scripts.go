@@ -56,4 +56,8 @@ var (
 	//go:embed calendar_mark.lua
 	calendarMarkLua    string
 	calendarMarkScript = script.New(calendarMarkLua)
+
+	//go:embed calendar_read.lua
+	calendarReadLua    string
+	calendarReadScript = script.New(calendarReadLua)
 )

@@ -11,13 +11,15 @@ import (
 // Versioned values: optimistic concurrency for data that several writers
 // edit (a team's shared wish list). Each value is one Redis hash,
 // prefix{key}:v, with the fields data (the bytes), ver (the version, in
-// decimal) and w (a random token of the call that wrote them, in hex;
-// values written before w was kept lack it, and work as before). Every
-// write runs in one script that compares the stored version with the one
-// the writer read and, only if they are equal, writes the data under a new
-// version stamped from Redis's clock. A writer that read a value someone
-// has since changed gets ErrConflict instead of overwriting that change:
-// it loads the value again, reapplies its edit and retries.
+// decimal), w (a random token of the call that wrote them, in hex; values
+// written before w was kept lack it, and work as before) and c (the token of
+// the call that created the value). A deleted value's hash keeps only w, c
+// and its last version as dver, for five minutes (CompareAndDelete). Every
+// write runs in one script that compares the stored version with the one the
+// writer read and, only if they are equal, writes the data under a new
+// version stamped from Redis's clock. A writer that read a value someone has
+// since changed gets ErrConflict instead of overwriting that change: it
+// loads the value again, reapplies its edit and retries.
 
 // versionedSuffix ends the key of a versioned value's hash.
 const versionedSuffix = ":v"

@@ -8,11 +8,12 @@
 --          refuses: a value that does not exist cannot be deleted)
 -- ARGV[3]  how long the tombstone lasts, in ms
 --
--- The value is not deleted outright: its data goes, and the hash keeps
--- ver and w with a field dead, expiring after ARGV[3]. A create resent by
--- go-redis after its reply was lost, whose first run wrote the value this
--- deletes, finds its own token there and does not write the value again;
--- and a new value's version passes the deleted one's.
+-- The value is not deleted outright: its data and ver go, and the hash
+-- keeps the version in dver, and the tokens w and c, expiring after
+-- ARGV[3] (versioned_common.lua). A create resent by go-redis after its
+-- reply was lost, whose first run created the value this deletes, finds
+-- its own token there and does not create it again; and a new value's
+-- version passes the deleted one's.
 --
 -- Reply: {1, 0, 0}: deleted.
 --        {0, us, seq}: not deleted; the current version's parts ({0, 0, 0}:
@@ -27,7 +28,7 @@ end
 if not ver or us ~= tonumber(ARGV[1]) or seq ~= tonumber(ARGV[2]) then
   return {0, us, seq}
 end
-redis.call('HDEL', key, 'data')
-redis.call('HSET', key, 'dead', '1')
+redis.call('HDEL', key, 'data', 'ver')
+redis.call('HSET', key, 'dver', ver)
 redis.call('PEXPIRE', key, ARGV[3])
 return {1, 0, 0}

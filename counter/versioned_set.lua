@@ -3,7 +3,8 @@
 -- the write with a new version taken from Redis's clock.
 --
 -- KEYS[1]  the value's hash: field data (the bytes), field ver (the
---          version), field w (the token of the call that wrote them)
+--          version), field w (the token of the call that wrote them),
+--          field c (the token of the call that created the value)
 -- ARGV[1]  expected version, microseconds part (0 with ARGV[2] 0: the value
 --          must not exist)
 -- ARGV[2]  expected version, sequence part (0..999)
@@ -28,14 +29,14 @@
 -- by side (the decimal of us*1000 + seq), and splits the last three digits
 -- off when it reads ver back. Go combines the parts into an int64.
 local key = KEYS[1]
-local us, seq, ver, bad, writer, dead = current_version(key)
+local us, seq, ver, bad, writer, dead, creator = current_version(key)
 if bad then
   return bad
 end
-if dead and writer == ARGV[6] then
-  -- A resend whose first run wrote, and another call deleted that write
-  -- since: writing again would undo the delete. Reported as a conflict,
-  -- like a write in between.
+if dead and (writer == ARGV[6] or creator == ARGV[6]) then
+  -- A resend whose first run wrote or created the value another call
+  -- deleted since: writing again would undo the delete. Reported as a
+  -- conflict, like a write in between.
   return {0, 0, 0}
 end
 
@@ -71,9 +72,13 @@ else
   us, seq = us + 1, 0
 end
 
-redis.call('HSET', key, 'data', ARGV[3], 'ver', string.format('%d%03d', us, seq), 'w', ARGV[6])
+if ver then
+  redis.call('HSET', key, 'data', ARGV[3], 'ver', string.format('%d%03d', us, seq), 'w', ARGV[6])
+else
+  redis.call('HSET', key, 'data', ARGV[3], 'ver', string.format('%d%03d', us, seq), 'w', ARGV[6], 'c', ARGV[6])
+end
 if dead then
-  redis.call('HDEL', key, 'dead')
+  redis.call('HDEL', key, 'dver')
 end
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then
