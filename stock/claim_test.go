@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -549,5 +551,86 @@ func TestAClaimThatRanOutNoLongerCountsAgainstItsBuyer(t *testing.T) {
 			t.Fatalf("her next order: %+v %v, want bucket 0's unit", r, err)
 		}
 		wantLevels(t, c, item, Levels{Total: 1, Held: 1})
+	})
+}
+
+func TestASettleOntoAnotherCallsHoldReportsThatHoldsDeadline(t *testing.T) {
+	// bob's first call O claims x (deadline D1) and pauses before taking
+	// from bucket 1. A second later his retry A resumes the claim, finds
+	// bucket 1 empty, and is paused before dropping it. ben's unit comes
+	// back to bucket 1; O takes it, until D1, and dies before settling.
+	// A's drop answers sold out, its check finds bucket 1 changed, and it
+	// walks again: a new claim (D2, a second later than D1), settled onto
+	// O's hold. A must report D1, when that hold ends, not D2.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		const n = 2
+		item := newItem(t, c, Item{Total: 2, Buckets: n})
+		l := c.layoutFor(item, n)
+		ann, ben, wes, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "wes"), buyerHomedAt(0, n, "bob")
+		// Every script loaded where it runs: wes walks to bucket 1 and
+		// cancels.
+		for _, step := range []func() error{
+			func() error { _, err := c.Reserve(ctx, item, order("a0", ann)); return err },
+			func() error { _, err := c.Reserve(ctx, item, order("w", wes)); return err },
+			func() error { return c.Cancel(ctx, item, "w", wes) },
+			func() error { _, err := c.Reserve(ctx, item, order("b1", ben)); return err },
+		} {
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		x := Order{ID: "x", Buyer: bob, Quantity: 1, Hold: 2 * time.Second}
+		pauseO := f.On(takeIn(l, 1)).Hold().Times(1)
+		claimed := redisNow(t, rdb)
+		doneO := make(chan error, 1)
+		go func() {
+			_, err := c.Reserve(ctx, item, x)
+			doneO <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "O's take to be paused", func() bool { return pauseO.Hits() == 1 })
+		waitPast(t, rdb, claimed.Add(time.Second))
+		pauseDrop := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
+		doneA := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, x)
+			doneA <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "A's drop to be paused", func() bool { return pauseDrop.Hits() == 1 })
+		if err := c.Cancel(ctx, item, "b1", ben); err != nil {
+			t.Fatal(err)
+		}
+		f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
+		pauseO.Release()
+		if err := <-doneO; !errors.Is(err, errDied) {
+			t.Fatalf("O: %v, want it dead before settling", err)
+		}
+		pauseDrop.Release()
+		a := <-doneA
+		if a.err != nil || a.r.Bucket != 1 {
+			t.Fatalf("A: %+v %v, want O's hold in bucket 1", a.r, a.err)
+		}
+		rec, err := rdb.HGet(ctx, l.buckets[1].keys[0].(string), "o:x").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := strings.Split(rec, "|")
+		held, err := strconv.ParseInt(fields[4], 10, 64)
+		if err != nil {
+			t.Fatalf("bucket 1's record %q: %v", rec, err)
+		}
+		if a.r.Deadline.UnixMilli() != held {
+			t.Fatalf("A reports the deadline %d, bucket 1 holds x until %d", a.r.Deadline.UnixMilli(), held)
+		}
+		if r, err := c.Reserve(ctx, item, x); err != nil || r.Deadline.UnixMilli() != held || r.Bucket != 1 {
+			t.Fatalf("a retry after A: %+v %v, want the hold until %d in bucket 1 replayed", r, err, held)
+		}
+		if err := c.Confirm(ctx, item, "x", bob); err != nil {
+			t.Fatalf("Confirm within the hold: %v", err)
+		}
+		mustAudit(t, c, item)
 	})
 }

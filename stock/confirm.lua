@@ -52,6 +52,7 @@ r.st = R.SOLD
 redis.call('HINCRBY', KEYS[1], 'held', -r.q)
 redis.call('HINCRBY', KEYS[1], 'sold', r.q)
 redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
+redis.call('ZREM', KEYS[2], order)
 if r.home ~= self then
   redis.call('RPUSH', KEYS[3], order .. '|' .. r.home .. '|' .. R.SOLD .. '|' .. self)
 end

@@ -140,3 +140,145 @@ func TestAReusedOrderIdKeepsItsHoldWhenItsOldDueMemberFallsDue(t *testing.T) {
 		}
 	})
 }
+
+// reserveInOneBatch reserves orders, all homed in bucket k of l, in one
+// reserve.lua call: it pauses maxInFlight calls of other buyers homed in
+// k (orders "fl<i>", a unit each for a minute) after they ran, queues
+// orders behind them, and lets the paused calls go one at a time, so the
+// queue leaves as one batch. It returns the orders' outcomes, in order.
+func reserveInOneBatch(t *testing.T, f *redistest.Faults, c *Counter, item string, l *layout, k int, orders []Order) []outcome {
+	t.Helper()
+	queued := func() int {
+		if b := l.buckets[k].batcher.Load(); b != nil {
+			return b.Queued()
+		}
+		return 0
+	}
+	done := make(chan error, maxInFlight)
+	var held []*redistest.Rule
+	for i := range maxInFlight {
+		h := f.On(redistest.Script(reserveScript.Hash())).HoldReply().Times(1)
+		t.Cleanup(h.Release)
+		held = append(held, h)
+		go func() {
+			_, err := c.Reserve(context.Background(), item, order(fmt.Sprint("fl", i), buyerHomedAt(k, l.n, fmt.Sprint("flyer", i))))
+			done <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "a reserve to be in flight", func() bool { return h.Hits() == 1 })
+	}
+	results := make([]chan outcome, len(orders))
+	for i, o := range orders {
+		results[i] = make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(context.Background(), item, o)
+			results[i] <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the order to queue", func() bool { return queued() == i+1 })
+	}
+	for _, h := range held {
+		h.Release()
+		redistest.WaitFor(t, 10*time.Second, "the queue to be sent", func() bool { return queued() == 0 })
+	}
+	for range maxInFlight {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]outcome, len(orders))
+	for i := range orders {
+		out[i] = <-results[i]
+	}
+	return out
+}
+
+func TestASweepCutShortLeavesAReusedIdsNewerMemberAlone(t *testing.T) {
+	// One batch in bucket 0 leaves the member "y\x00g\x00x": y does not
+	// fit, g takes the last unit, x is claimed, and y and x are refused
+	// everywhere (their records go). A unit comes back, and x's retry, a
+	// new try, holds it for longer under its own member "x". A Sweep of
+	// one returns g's unit and puts back the rest of the batch's member,
+	// "x" again: it must not move the retry's member back to the batch's
+	// deadline, or a later sweep drops it and the retry's hold is never
+	// returned.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		const n = 2
+		item := newItem(t, c, Item{Total: 8, Buckets: n})
+		l := c.layoutFor(item, n)
+		for i := range 4 { // bucket 1's units
+			if _, err := c.Reserve(ctx, item, order(fmt.Sprint("b", i), buyerHomedAt(1, n, fmt.Sprint("ben", i)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The scripts loaded on bucket 0's node: the paused calls must be
+		// the EVALSHAs that run.
+		warmer := buyerHomedAt(0, n, "warm")
+		if _, err := c.Reserve(ctx, item, order("w", warmer)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Cancel(ctx, item, "w", warmer); err != nil {
+			t.Fatal(err)
+		}
+		const short = 300 * time.Millisecond
+		bob := buyerHomedAt(0, n, "bob")
+		y := Order{ID: "y", Buyer: buyerHomedAt(0, n, "yan"), Quantity: 2, Hold: short}
+		g := Order{ID: "g", Buyer: buyerHomedAt(0, n, "gus"), Quantity: 1, Hold: short}
+		x := Order{ID: "x", Buyer: bob, Quantity: 1, Hold: short}
+		out := reserveInOneBatch(t, f, c, item, l, 0, []Order{y, g, x})
+		if !errors.Is(out[0].err, ErrSoldOut) || out[1].err != nil || !errors.Is(out[2].err, ErrSoldOut) {
+			t.Fatalf("the batch: y %v, g %v, x %v; want y and x sold out, g held", out[0].err, out[1].err, out[2].err)
+		}
+		if err := c.Cancel(ctx, item, "fl0", buyerHomedAt(0, n, "flyer0")); err != nil {
+			t.Fatal(err)
+		}
+		retry, err := c.Reserve(ctx, item, Order{ID: "x", Buyer: bob, Quantity: 1, Hold: 2 * time.Second})
+		if err != nil || retry.Bucket != 0 || retry.Replayed {
+			t.Fatalf("x's retry: %+v %v, want a new hold in bucket 0", retry, err)
+		}
+		waitPast(t, rdb, out[1].r.Deadline)
+		if units, err := c.Sweep(ctx, item, 1); err != nil || units != 1 {
+			t.Fatalf("Sweep of one: %d %v, want g's unit", units, err)
+		}
+		if _, err := c.Sweep(ctx, item, 1); err != nil {
+			t.Fatal(err)
+		}
+		waitPast(t, rdb, retry.Deadline)
+		if units, err := c.Sweep(ctx, item, 10); err != nil || units != 1 {
+			t.Fatalf("Sweep after the retry's hold ran out: %d %v, want its unit; due %q", units, err, dueMembers(t, rdb, c, item, n, 0))
+		}
+		mustAudit(t, c, item)
+	})
+}
+
+func TestOrdersPaidEarlyDoNotHideAnExpiredHoldFromReserve(t *testing.T) {
+	// 64 orders paid before their deadlines, then eve's hold runs out:
+	// zoe's Reserve must find eve's unit, not spend its look at the due
+	// index on the paid orders and answer sold out.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		const paid = 64
+		item := newItem(t, c, Item{Total: paid + 1})
+		for i := range paid {
+			o := Order{ID: fmt.Sprintf("c%02d", i), Buyer: fmt.Sprint("p", i), Quantity: 1, Hold: 200 * time.Millisecond}
+			if _, err := c.Reserve(ctx, item, o); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Confirm(ctx, item, o.ID, o.Buyer); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e, err := c.Reserve(ctx, item, Order{ID: "e", Buyer: "eve", Quantity: 1, Hold: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitPast(t, rdb, e.Deadline)
+		if _, err := c.Reserve(ctx, item, order("z", "zoe")); err != nil {
+			t.Fatalf("zoe, after eve's hold ran out: %v; levels %+v", err, mustAudit(t, c, item).Levels)
+		}
+	})
+}

@@ -150,13 +150,14 @@ func (c *Counter) deliver(ctx context.Context, item string, l *layout, k int, or
 
 // Sweep returns to stock the units of holds whose deadline has passed and
 // ends claims that were never settled, at most max of them per bucket, and
-// returns the number of units put back. An order confirmed or cancelled
-// before its deadline is still looked at once it is due, and a call looks
-// at no more than 4*max orders per bucket, so it may end fewer than max
-// while more have run out. Run it periodically (every second, say) from
-// one or many processes: every hold is returned exactly once. Reserve and
-// Confirm also return expired holds they come across, so Sweep mainly
-// bounds how long an expired hold keeps its units from other buyers.
+// returns the number of units put back. An order of a batch confirmed or
+// cancelled before its deadline is still looked at once it is due (see the
+// package doc's data model), and a call looks at no more than 4*max orders
+// per bucket, so it may end fewer than max while more have run out. Run it
+// periodically (every second, say) from one or many processes: every hold is
+// returned exactly once. Reserve and Confirm also return expired holds they
+// come across, so Sweep mainly bounds how long an expired hold keeps its
+// units from other buyers.
 func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error) {
 	if max <= 0 {
 		return 0, fmt.Errorf("%w: sweep batch %d", ErrInvalid, max)

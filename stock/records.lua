@@ -20,10 +20,11 @@
 --                   it. A member is the order id, or the ids of one batch's
 --                   orders with one deadline joined by NUL (no order id
 --                   holds one): a ZADD costs Redis a microsecond a member
---                   in a large zset. Members are never removed before they
---                   are due: Confirm, Cancel and settling a claim elsewhere
---                   leave them, and the sweep drops an id whose record no
---                   longer ends here then.
+--                   in a large zset. Confirm, Cancel and settling a claim
+--                   elsewhere remove an order's own member (ZREM of its
+--                   id), but cannot take an id out of a batch's: that
+--                   stays until due, and the sweep then drops an id whose
+--                   record no longer ends here.
 --   KEYS[3] outbox  list: "order|home|state|from" for changes to orders
 --                   whose units are here (from is this bucket's index) but
 --                   whose buyer is homed elsewhere, until the home bucket has
@@ -109,6 +110,7 @@ local function records()
     redis.call('HINCRBY', KEYS[1], 'held', -r.q)
     r.st = R.RETURNED
     redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
+    redis.call('ZREM', KEYS[2], order)
     if r.home == self then
       R.release_buyer(limit, r.buyer, r.q)
     else
@@ -125,6 +127,7 @@ local function records()
   function R.end_claim(order, r, limit)
     r.st = R.RETURNED
     redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
+    redis.call('ZREM', KEYS[2], order)
     R.release_buyer(limit, r.buyer, r.q)
   end
 
@@ -140,7 +143,10 @@ local function records()
   function R.sweep(now, max, self, limit)
     local units, claims, ended, seen, look = 0, 0, 0, 0, 4 * max
     local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, look)
-    local done, rest = {}, nil
+    -- done: the members looked at; rest: what is left of the last one, if
+    -- the bounds cut it; kept: live orders of this bucket not due yet,
+    -- whose ids are indexed again by their own deadline (see below).
+    local done, rest, kept = {}, nil, {}
     for i = 1, #due, 2 do
       local member = due[i]
       local ids = {}
@@ -151,13 +157,21 @@ local function records()
       while j < #ids and seen < look and ended < max do
         j, seen = j + 1, seen + 1
         local r = R.record(ids[j])
-        if r and r.deadline <= now then
-          if r.st == R.HELD and r.stock == self then
-            R.give_back(ids[j], r, self, limit)
-            units, ended = units + r.q, ended + 1
-          elseif r.st == R.CLAIMED and r.home == self then
-            R.end_claim(ids[j], r, limit)
-            claims, ended = claims + 1, ended + 1
+        if r and (r.st == R.HELD and r.stock == self or r.st == R.CLAIMED and r.home == self) then
+          if r.deadline <= now then
+            if r.st == R.HELD then
+              R.give_back(ids[j], r, self, limit)
+              units, ended = units + r.q, ended + 1
+            else
+              R.end_claim(ids[j], r, limit)
+              claims, ended = claims + 1, ended + 1
+            end
+          else
+            -- A newer hold or claim of a reused id has a member of its
+            -- own; indexing it again costs nothing if so, and keeps it
+            -- swept if its member was lost.
+            kept[#kept + 1] = r.deadline
+            kept[#kept + 1] = ids[j]
           end
         end
       end
@@ -176,7 +190,12 @@ local function records()
       redis.call('ZREM', KEYS[2], unpack(done, i, math.min(i + 999, #done)))
     end
     if rest then
-      redis.call('ZADD', KEYS[2], rest[1], rest[2])
+      -- NX: the rest may be one id whose reuse has a member of that very
+      -- name, with a later deadline; that member must keep its score.
+      redis.call('ZADD', KEYS[2], 'NX', rest[1], rest[2])
+    end
+    for i = 1, #kept, 2000 do
+      redis.call('ZADD', KEYS[2], unpack(kept, i, math.min(i + 1999, #kept)))
     end
     return units, claims, seen >= look or ended >= max
   end

@@ -305,6 +305,11 @@ func (c *Counter) tookElsewhere(ctx context.Context, item string, l *layout, h, 
 		// it elsewhere.
 		return c.dropClaim(ctx, item, l, h, k, o, deadline, resumed, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
 	case codeReserved, codeReplayed:
+		// A hold k already had may be another call's claim's, with its
+		// deadline: the one to settle onto and report.
+		if res[0] == codeReplayed && len(res) > 2 {
+			deadline = res[2]
+		}
 		return c.settle(ctx, item, l, h, k, o, deadline, resumed)
 	}
 	return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
@@ -325,14 +330,14 @@ func lookArg(look bool) string {
 	return "0"
 }
 
-// settle records in the home bucket that bucket k holds the order's
-// units. If another call settled the claim first, with the same bucket this
-// call's hold is that reservation; with another bucket, or if the claim
-// ended meanwhile (its deadline passed: it was swept, or settle.lua ends
-// it), the units taken from k are given back.
+// settle records in the home bucket that bucket k holds the order's units
+// until deadline. If another call settled the claim first, with the same
+// bucket this call's hold is that reservation; with another bucket, or if
+// the claim ended meanwhile (its deadline passed: it was swept, or
+// settle.lua ends it), the units taken from k are given back.
 func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool) (Reservation, error) {
-	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
-	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n))
+	args := append(settleScript.Args(3, 7), l.buckets[h].keys[:]...)
+	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n, deadline))
 	if err != nil {
 		return Reservation{}, err
 	}

@@ -8,6 +8,9 @@
 --          -2 when no other bucket had them: hold them here if this
 --          bucket has them now, else drop the claim
 -- ARGV[3]  the number of buckets the caller routed with
+-- ARGV[4]  with a bucket in ARGV[2]: the deadline of its hold (ms), the
+--          claim's unless the call settles onto a hold another call's
+--          claim took
 --
 -- Reply, an array of integers:
 --   {1}            settled: the order is held in that bucket (with -2:
@@ -58,6 +61,7 @@ if k == -2 then
     return {1}
   end
 end
+redis.call('ZREM', KEYS[2], order)
 if k < 0 then
   -- Refusals are not remembered: a later retry of this order is a new try
   -- (the claim's member in due, left behind, cannot end that try's hold:
@@ -66,7 +70,9 @@ if k < 0 then
   R.release_buyer(limit, r.buyer, r.q)
   return {-1}
 end
--- The holding bucket keeps the deadline from here on.
+-- The holding bucket keeps the deadline from here on; the record says
+-- the hold's.
 r.st, r.stock = R.HELD, k
+r.deadline = tonumber(ARGV[4]) or r.deadline
 redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
 return {1}

@@ -53,8 +53,7 @@ func (c *Counter) askSoldOut(item string, q int64) (gen uint64, refused bool) {
 // runs from asked, not from the answer: a refusal says nothing of the
 // stock after Redis decided, and a slow answer (a long walk over the
 // buckets) must not hide units another process put back meanwhile for
-// longer than the TTL. (A mark that ran out before the answer came is no
-// mark: askSoldOut lets every order through.)
+// longer than the TTL.
 func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q int64, refused bool) {
 	if c.soldOutTTL <= 0 {
 		return
@@ -67,11 +66,20 @@ func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q in
 		return // cannot be: askSoldOut made it and asking kept it
 	}
 	s.asking--
+	until := asked.Add(c.soldOutTTL)
+	live := s.from > 0 && now.Before(s.until)
 	// A mark that still covers fewer units is the stronger news: keep it
-	// rather than let a larger refusal narrow it.
-	if refused && gen == s.gen && (s.from == 0 || !now.Before(s.until) || q <= s.from) {
-		s.from, s.until = q, asked.Add(c.soldOutTTL)
-		c.sweepSoldOut(now)
+	// rather than let a larger refusal narrow it; of two marks of one size,
+	// keep the later. A refusal whose mark has run out already marks
+	// nothing.
+	if refused && gen == s.gen && now.Before(until) {
+		switch {
+		case !live || q < s.from:
+			s.from, s.until = q, until
+			c.sweepSoldOut(now)
+		case q == s.from && until.After(s.until):
+			s.until = until
+		}
 	}
 	c.prune(item, s)
 }

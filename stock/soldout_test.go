@@ -397,3 +397,21 @@ func TestACancelWhoseNewsFailsToReachTheHomeStillClearsTheSoldOutMark(t *testing
 		}
 	})
 }
+
+// A refusal whose mark has run out by the time it is answered marks
+// nothing, and above all does not replace a live mark of the same size.
+// (The cache alone: Redis is not asked.)
+func TestARefusalWhoseMarkRanOutKeepsAFresherMark(t *testing.T) {
+	const ttl = 100 * time.Millisecond
+	c := newCounter(t, redistest.Open(t, redistest.Mini).Client(t), WithSoldOutCache(ttl))
+	const item = "item"
+	slowGen, _ := c.askSoldOut(item, 1) // a asks, and its refusal is slow
+	slowAsked := time.Now()
+	redistest.WaitFor(t, 5*time.Second, "twice the TTL to pass", func() bool { return time.Since(slowAsked) > 2*ttl })
+	gen, _ := c.askSoldOut(item, 1) // b asks and is refused at once
+	c.answeredSoldOut(item, gen, time.Now(), 1, true)
+	c.answeredSoldOut(item, slowGen, slowAsked, 1, true) // a's refusal lands
+	if _, refused := c.askSoldOut(item, 1); !refused {
+		t.Fatal("b's mark was replaced by a's, which had run out")
+	}
+}

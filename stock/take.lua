@@ -15,9 +15,11 @@
 -- records.lua):
 --   {-9, ret}      looking: this bucket does not know the order
 --   {1}            held here until the deadline
---   {2, state}     this bucket already holds the order (a repeated call,
---                  state 1), or sold it (state 2: another call settled the
---                  claim here and the order was confirmed since)
+--   {2, state, deadline}  this bucket already holds the order (a repeated
+--                  call, state 1), or sold it (state 2: another call settled
+--                  the claim here and the order was confirmed since), the
+--                  hold ending at deadline: another call's claim's, which
+--                  may not be this one's
 --   {-1, ret}      not enough stock here
 --   {-3}           the order id is taken here by another order
 --   {-8}           the claim is over: its deadline has passed, or this
@@ -48,7 +50,7 @@ if c[3] then
     return {-3}
   end
   if r.st == R.SOLD or (r.st == R.HELD and r.deadline > now) then
-    return {2, R.STATE_CODE[r.st]}
+    return {2, R.STATE_CODE[r.st], r.deadline}
   end
   return {-8}
 end
