@@ -100,11 +100,11 @@
 // ZADD), however many orders it carries. The ZADD adds one member for all
 // the orders of the batch with one deadline: in the zset of a large sale
 // each member costs Redis about a microsecond, and from sixteen goroutines
-// this gave 11% more reservations a second (eight paired runs, 2026-11-26).
-// Confirm and Cancel remove an order's own member, but cannot take it out of
-// a batch's: such an order stays in the index until the member is due, and
-// the sweep then drops it after reading its record, which decides. Order ids
-// hold no NUL byte.
+// this gave up to a tenth more reservations a second (paired runs,
+// 2026-11-26). Confirm and Cancel remove an order's own member, but cannot
+// take it out of a batch's: such an order stays in the index until the
+// member is due, and the sweep then drops it after reading its record, which
+// decides. Order ids hold no NUL byte.
 //
 // All three keys are created by Create with the item's expiry (Item.TTL, 30
 // days by default), the list and the zset with an empty placeholder, so that
