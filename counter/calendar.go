@@ -137,7 +137,7 @@ func (c *Client) mark(ctx context.Context, op, user string, day time.Time, to Ma
 	args = append(args, k, d-1, int(to), int(from), exp.UnixMilli(), string(tok[:]))
 	res, err := calendarMarkScript.Ints(ctx, c.rdb, args)
 	if err != nil {
-		return false, fmt.Errorf("counter: %s %q on %s: %w", op, user, day.Format(time.DateOnly), err)
+		return false, fmt.Errorf("counter: %s %q on %s: %w", op, user, day.Format(time.DateOnly), asWrongType(err))
 	}
 	if len(res) != 2 {
 		return false, fmt.Errorf("counter: %s %q: %d integers in reply, want 2", op, user, len(res))
@@ -157,7 +157,7 @@ func (c *Client) Month(ctx context.Context, user string, year int, month time.Mo
 	}
 	cmd := redis.NewStringCmd(ctx, "get", k)
 	if err := c.rdb.Process(ctx, cmd); err != nil && !errors.Is(err, redis.Nil) {
-		return MonthView{}, fmt.Errorf("counter: calendar %q %04d-%02d: %w", user, year, int(month), err)
+		return MonthView{}, fmt.Errorf("counter: calendar %q %04d-%02d: %w", user, year, int(month), asWrongType(err))
 	}
 	v := MonthView{Year: year, Month: month, Days: make([]Mark, daysIn(year, month))}
 	bits := cmd.Val()
@@ -256,7 +256,7 @@ func (r *calendarReader) read(ctx context.Context, first time.Time) error {
 	// may any report (see the package doc).
 	res, err := calendarReadScript.Values(ctx, r.c.rdb, append(calendarReadScript.ArgsRO(len(keys), len(keys)), keys...))
 	if err != nil {
-		return fmt.Errorf("counter: streak %q: %w", r.user, err)
+		return fmt.Errorf("counter: streak %q: %w", r.user, asWrongType(err))
 	}
 	if len(res) == 1 && len(months) > 1 {
 		if _, ok := res[0].(int64); ok {

@@ -623,3 +623,45 @@ func TestAStreakOfAFewDaysIsOneRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// Calendars and unique counts on a key that holds another type fail with
+// ErrWrongType, as counts do, and leave the key as it is.
+func TestCalendarsAndUniqueCountsRefuseKeysOfAnotherType(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		user := redistest.Key(t)
+		y := calendarYear()
+		month, _, err := c.calendarKey(user, y, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, month, "x", "y").Err(); err != nil {
+			t.Fatal(err)
+		}
+		key := redistest.Key(t)
+		unique, err := c.key(key, uniqueSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, unique, "x", "y").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for name, call := range map[string]func() error{
+			"SignIn":      func() error { _, err := c.SignIn(ctx, user, date(y, 5, 3, time.UTC)); return err },
+			"Month":       func() error { _, err := c.Month(ctx, user, y, 5); return err },
+			"AddUnique":   func() error { _, err := c.AddUnique(ctx, key, Window{}, "a"); return err },
+			"CountUnique": func() error { _, err := c.CountUnique(ctx, key, Window{}); return err },
+		} {
+			if err := call(); !errors.Is(err, ErrWrongType) {
+				t.Errorf("%s: %v, want ErrWrongType", name, err)
+			}
+		}
+		for _, k := range []string{month, unique} {
+			if typ := rdb.Type(ctx, k).Val(); typ != "hash" {
+				t.Errorf("%s is now a %s", k, typ)
+			}
+		}
+	})
+}

@@ -1,6 +1,12 @@
 package counter
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 var (
 	// ErrInvalid is wrapped by every error about a bad argument: an empty
@@ -22,12 +28,24 @@ var (
 	// treat it as done.
 	ErrNotExist = errors.New("counter: value does not exist")
 
-	// ErrWrongType is returned by Incr, Take and Get when a count's key
-	// holds a Redis value of another type than a string (a hash, a set):
-	// another program's key under the same name. The call fails: nothing
-	// of it is counted, optional counts included (an Optional count never
-	// refuses a call, but this is an error, not a refusal), and the value
-	// is left as it is. Streak returns it too, for a month of the calendar
-	// that holds another type than a string.
-	ErrWrongType = errors.New("counter: key holds another type of value than a count")
+	// ErrWrongType is returned when a key holds a Redis value of another
+	// type than the call keeps there (a hash where a count or a calendar
+	// month is a string, a string where a versioned value is a hash):
+	// another program's key under the same name. The call fails and the
+	// value is left as it is. A Take refused so counts nothing, optional
+	// counts included (an Optional count never refuses a call, but this
+	// is an error, not a refusal).
+	ErrWrongType = errors.New("counter: key holds another type of value than this call keeps there")
 )
+
+// asWrongType wraps ErrWrongType around err if Redis refused a command on a
+// key of another type (WRONGTYPE, which the scripts also reply for a
+// versioned value's key that holds something else). Inside a script, Redis
+// keeps the code at the front of the error; miniredis puts its own first.
+func asWrongType(err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: %w", ErrWrongType, err)
+	}
+	return err
+}

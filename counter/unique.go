@@ -73,7 +73,7 @@ func (c *Client) AddUnique(ctx context.Context, key string, w Window, items ...s
 		return args, nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("counter: add unique %q: %w", key, err)
+		return false, fmt.Errorf("counter: add unique %q: %w", key, asWrongType(err))
 	}
 	if len(res) != 1 {
 		return false, fmt.Errorf("counter: add unique %q: %d integers in reply, want 1", key, len(res))
@@ -96,7 +96,7 @@ func (c *Client) CountUnique(ctx context.Context, key string, w Window) (int64, 
 		return append(uniqueCountScript.Args(1, 4), pl.key, "now", c.nowArg(), pl.start, pl.end), nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
+		return 0, fmt.Errorf("counter: count unique %q: %w", key, asWrongType(err))
 	}
 	if len(res) != 1 {
 		return 0, fmt.Errorf("counter: count unique %q: %d integers in reply, want 1", key, len(res))
@@ -149,7 +149,7 @@ func (c *Client) CountUniqueBetween(ctx context.Context, key string, w Window, f
 	if len(keys) == 1 {
 		cmd := redis.NewIntCmd(ctx, "pfcount", keys[0])
 		if err := c.rdb.Process(ctx, cmd); err != nil {
-			return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
+			return 0, fmt.Errorf("counter: count unique %q: %w", key, asWrongType(err))
 		}
 		return cmd.Val(), nil
 	}
@@ -161,7 +161,7 @@ func (c *Client) CountUniqueBetween(ctx context.Context, key string, w Window, f
 	args = append(args, "union", scratchTTL.Milliseconds())
 	res, err := uniqueCountScript.Ints(ctx, c.rdb, args)
 	if err != nil {
-		return 0, fmt.Errorf("counter: count unique %q: %w", key, err)
+		return 0, fmt.Errorf("counter: count unique %q: %w", key, asWrongType(err))
 	}
 	if len(res) != 1 {
 		return 0, fmt.Errorf("counter: count unique %q: %d integers in reply, want 1", key, len(res))

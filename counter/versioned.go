@@ -80,7 +80,7 @@ func (c *Client) Load(ctx context.Context, key string) (Value, error) {
 	}
 	res, err := versionedLoadScript.Values(ctx, c.rdb, append(versionedLoadScript.Args(1, 1), k))
 	if err != nil {
-		return Value{}, fmt.Errorf("counter: %q: %w", key, err)
+		return Value{}, fmt.Errorf("counter: %q: %w", key, asWrongType(err))
 	}
 	if len(res) != 2 {
 		return Value{}, fmt.Errorf("counter: %q: unexpected reply %v", key, res)
@@ -91,7 +91,7 @@ func (c *Client) Load(ctx context.Context, key string) (Value, error) {
 	case res[0] == nil && res[1] == nil:
 		return Value{}, nil
 	case !dataOK || !verOK:
-		return Value{}, fmt.Errorf("counter: %q: %s is not a versioned value", key, k)
+		return Value{}, fmt.Errorf("%w: counter: %q: %s is not a versioned value", ErrWrongType, key, k)
 	}
 	v, err := strconv.ParseInt(ver, 10, 64)
 	if err != nil || v <= 0 {
@@ -145,11 +145,11 @@ func (c *Client) CompareAndSet(ctx context.Context, key string, expect Version, 
 		hex.EncodeToString(tok[:]))
 	res, err := versionedSetScript.Ints(ctx, c.rdb, args)
 	if err != nil {
-		return 0, fmt.Errorf("counter: %q: %w", key, err)
+		return 0, fmt.Errorf("counter: %q: %w", key, asWrongType(err))
 	}
 	ok, cur, err := versionedReply(res)
 	if err != nil {
-		return 0, fmt.Errorf("counter: %q: %w", key, err)
+		return 0, fmt.Errorf("counter: %q: %w", key, asWrongType(err))
 	}
 	if !ok {
 		return 0, versionConflict(key, expect, cur)
@@ -189,11 +189,11 @@ func (c *Client) CompareAndDelete(ctx context.Context, key string, expect Versio
 	args = append(args, k, int64(expect)/versionSeqs, int64(expect)%versionSeqs, tombstoneTTL.Milliseconds())
 	res, err := versionedDeleteScript.Ints(ctx, c.rdb, args)
 	if err != nil {
-		return fmt.Errorf("counter: %q: %w", key, err)
+		return fmt.Errorf("counter: %q: %w", key, asWrongType(err))
 	}
 	ok, cur, err := versionedReply(res)
 	if err != nil {
-		return fmt.Errorf("counter: %q: %w", key, err)
+		return fmt.Errorf("counter: %q: %w", key, asWrongType(err))
 	}
 	if !ok && cur == 0 {
 		return fmt.Errorf("%w: %q: expected version %d; it was deleted (perhaps by this call: go-redis sends a call again when its reply is lost) or it expired",

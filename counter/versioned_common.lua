@@ -30,7 +30,7 @@ local function current_version(key)
     return tonumber(u), tonumber(s), ver, nil, got[2], nil, got[4]
   end
   if redis.call('EXISTS', key) == 1 then
-    return 0, 0, false, redis.error_reply('counter: ' .. key .. ' is not a versioned value')
+    return 0, 0, false, redis.error_reply('WRONGTYPE counter: ' .. key .. ' is not a versioned value')
   end
   return 0, 0, false
 end

@@ -396,9 +396,16 @@ func TestVersionedRefusesForeignData(t *testing.T) {
 			}
 			if _, err := c.CompareAndSet(ctx, key, 0, []byte("y"), 0); err == nil || errors.Is(err, ErrConflict) {
 				t.Errorf("%s: CompareAndSet: err = %v, want an error that is not a conflict", name, err)
+			} else if name != "a malformed version" && !errors.Is(err, ErrWrongType) {
+				t.Errorf("%s: CompareAndSet: err = %v, want ErrWrongType", name, err)
 			}
 			if err := c.CompareAndDelete(ctx, key, 1); err == nil || errors.Is(err, ErrConflict) {
 				t.Errorf("%s: CompareAndDelete: err = %v, want an error that is not a conflict", name, err)
+			} else if name != "a malformed version" && !errors.Is(err, ErrWrongType) {
+				t.Errorf("%s: CompareAndDelete: err = %v, want ErrWrongType", name, err)
+			}
+			if _, err := c.Load(ctx, key); name == "a string" && !errors.Is(err, ErrWrongType) {
+				t.Errorf("%s: Load: err = %v, want ErrWrongType", name, err)
 			}
 			if n, err := rdb.Exists(ctx, k).Result(); err != nil || n != 1 {
 				t.Errorf("%s: the key is gone (EXISTS %d, %v)", name, n, err)
