@@ -282,3 +282,42 @@ func TestOrdersPaidEarlyDoNotHideAnExpiredHoldFromReserve(t *testing.T) {
 		}
 	})
 }
+
+func TestAnOrderOfManyUnitsGetsThemBackFromManyExpiredHolds(t *testing.T) {
+	// Forty holds of a unit each run out; an order of forty units must
+	// find them all, not the first sixteen the in-line sweep ends at a
+	// time, and for buckets, in the bucket it takes from too.
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprint(n, " buckets"), func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				rdb := b.Client(t)
+				c := newCounter(t, rdb)
+				const units = 40
+				item := newItem(t, c, Item{Total: int64(units * n), Buckets: n})
+				var last time.Time
+				for k := range n {
+					for i := range units {
+						o := Order{ID: fmt.Sprint(k, "-", i), Buyer: buyerHomedAt(k, n, fmt.Sprint("b", i)), Quantity: 1, Hold: 200 * time.Millisecond}
+						r, err := c.Reserve(ctx, item, o)
+						if err != nil {
+							t.Fatal(err)
+						}
+						last = r.Deadline
+					}
+				}
+				waitPast(t, rdb, last)
+				// With two buckets the big order's home (bucket 0) gets its
+				// units back by itself; then a second big order, homed there
+				// too, must take bucket 1's.
+				for i := range n {
+					big := Order{ID: fmt.Sprint("big", i), Buyer: buyerHomedAt(0, n, fmt.Sprint("bo", i)), Quantity: units, Hold: time.Minute}
+					if r, err := c.Reserve(ctx, item, big); err != nil || r.Bucket != i {
+						t.Fatalf("order %d of %d units: %+v %v, want them held in bucket %d", i, units, r, err, i)
+					}
+				}
+				mustAudit(t, c, item)
+			})
+		})
+	}
+}

@@ -181,18 +181,20 @@ local function decide(i, r)
   end
 
   local used = tonumber(val[bfield] or s[f + 1]) or 0
-  if not drained and ((held > 0 and available < q) or (limit > 0 and used + q > limit)) then
+  local rounds = 0
+  while not drained and rounds < 4 and ((held > 0 and available < q) or (limit > 0 and used + q > limit)) do
     -- Holds that ran out count as held until swept, and claims that ran
-    -- out (which held does not count) against their buyers. Sweep a few
-    -- here, so their units and their buyers' allowances come back without
-    -- waiting for Sweep.
+    -- out (which held does not count) against their buyers. Sweep some
+    -- here, up to 64 for one order (an order of many units may need many
+    -- holds back), so their units and their buyers' allowances come back
+    -- without waiting for Sweep.
     flush()
     local units, claims, more = records().sweep(now, 16, self, limit)
     if units + claims > 0 then
       reload()
       used = tonumber(val[bfield] or s[f + 1]) or 0
     end
-    drained = not more
+    drained, rounds = not more, rounds + 1
   end
   reply[r + 2], reply[r + 3] = 0, 0
   if limit > 0 and used + q > limit then

@@ -62,12 +62,16 @@ if deadline <= now then
   return {-8}
 end
 local available, held = tonumber(c[1]), tonumber(c[2])
-if available < q and held > 0 then
-  local units = R.sweep(now, 16, self, limit)
+-- Up to 64 holds that ran out are returned first, as in reserve.lua.
+local rounds, more = 0, true
+while more and rounds < 4 and available < q and held > 0 do
+  local units, claims
+  units, claims, more = R.sweep(now, 16, self, limit)
   if units > 0 then
     c = redis.call('HMGET', KEYS[1], 'available', 'held', 'o:' .. order, 'ret')
     available, held = tonumber(c[1]), tonumber(c[2])
   end
+  rounds = rounds + 1
 end
 if available < q then
   return {-1, tonumber(c[4]) or 0}
