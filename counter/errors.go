@@ -3,7 +3,7 @@ package counter
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"regexp"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,13 +39,19 @@ var (
 )
 
 // asWrongType wraps ErrWrongType around err if Redis refused a command on a
-// key of another type (WRONGTYPE, which the scripts also reply for a
-// versioned value's key that holds something else). Inside a script, Redis
-// keeps the code at the front of the error; miniredis puts its own first.
+// key of another type: an error with the code WRONGTYPE in front, as Redis
+// sends it from inside a script too (and as the scripts reply for a
+// versioned value's key that holds something else), or, from miniredis,
+// after its script error and the script's line. Not any error that merely
+// holds the word, as one naming a key may.
 func asWrongType(err error) error {
 	var rerr redis.Error
-	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "WRONGTYPE") {
+	if errors.As(err, &rerr) && (redis.HasErrorPrefix(rerr, "WRONGTYPE") || miniredisWrongType.MatchString(rerr.Error())) {
 		return fmt.Errorf("%w: %w", ErrWrongType, err)
 	}
 	return err
 }
+
+// miniredisWrongType matches miniredis's error for a command that met a
+// key of another type inside a script.
+var miniredisWrongType = regexp.MustCompile(`^ERR Error compiling script \(new function\): :\d+: WRONGTYPE `)

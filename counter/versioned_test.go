@@ -414,6 +414,27 @@ func TestVersionedRefusesForeignData(t *testing.T) {
 	})
 }
 
+// An error that only names a key holding the word WRONGTYPE is no
+// ErrWrongType.
+func TestVersionedAMalformedVersionIsNotAWrongType(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		key := redistest.Key(t) + "-WRONGTYPE"
+		k, err := c.key(key, versionedSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, k, "data", "x", "ver", "12").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CompareAndSet(ctx, key, 0, []byte("y"), time.Hour); err == nil || errors.Is(err, ErrWrongType) {
+			t.Fatalf("CompareAndSet over a malformed version: %v, want an error that is not ErrWrongType", err)
+		}
+	})
+}
+
 // go-redis sends a script again when its reply is lost. A CompareAndSet
 // whose first run wrote then finds the version it stamped, not the one
 // the caller expects: it must still report its write, with that version,

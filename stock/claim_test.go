@@ -634,3 +634,189 @@ func TestASettleOntoAnotherCallsHoldReportsThatHoldsDeadline(t *testing.T) {
 		mustAudit(t, c, item)
 	})
 }
+
+// orphanOfX sets up two buckets of one unit, both held, and bob's first
+// call O for order x claiming it (deadline D1) and paused before its take
+// in bucket 1; then bob's retry A, which resumes the claim, is refused and
+// drops it, and time passes. It returns the order, O's pause and O's end.
+func orphanOfX(t *testing.T, f *redistest.Faults, rdb redis.UniversalClient, c *Counter, item string, l *layout, hold, gap time.Duration) (Order, *redistest.Rule, chan error) {
+	t.Helper()
+	ctx := context.Background()
+	n := l.n
+	ann, ben, wes, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "wes"), buyerHomedAt(0, n, "bob")
+	// Every script loaded where it runs: wes walks to bucket 1 and cancels.
+	for _, step := range []func() error{
+		func() error { _, err := c.Reserve(ctx, item, order("a0", ann)); return err },
+		func() error { _, err := c.Reserve(ctx, item, order("w", wes)); return err },
+		func() error { return c.Cancel(ctx, item, "w", wes) },
+		func() error { _, err := c.Reserve(ctx, item, order("b1", ben)); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := Order{ID: "x", Buyer: bob, Quantity: 1, Hold: hold}
+	pauseO := f.On(takeIn(l, 1)).Hold().Times(1)
+	doneO := make(chan error, 1)
+	go func() {
+		_, err := c.Reserve(ctx, item, x)
+		doneO <- err
+	}()
+	redistest.WaitFor(t, 10*time.Second, "O's take to be paused", func() bool { return pauseO.Hits() == 1 })
+	if _, err := c.Reserve(ctx, item, x); !errors.Is(err, ErrSoldOut) {
+		t.Fatalf("A: %v, want sold out (it drops O's claim)", err)
+	}
+	waitPast(t, rdb, redisNow(t, rdb).Add(gap))
+	return x, pauseO, doneO
+}
+
+// heldUntil returns the deadline of bucket k's record of order id.
+func heldUntil(t *testing.T, rdb redis.UniversalClient, l *layout, k int, id string) int64 {
+	t.Helper()
+	rec, err := rdb.HGet(context.Background(), l.buckets[k].keys[0].(string), "o:"+id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := strconv.ParseInt(strings.Split(rec, "|")[4], 10, 64)
+	if err != nil {
+		t.Fatalf("record %q: %v", rec, err)
+	}
+	return dl
+}
+
+func TestADropThatFindsAnotherCallsSettleReportsItsHoldsDeadline(t *testing.T) {
+	// After O's claim is dropped, A2 claims x anew (D2), is refused by
+	// bucket 1 and pauses before its drop. ben's unit comes back, and O
+	// takes it until D1 and dies. B resumes A2's claim and settles it onto
+	// O's hold. A2's drop then finds the claim settled: it must report
+	// O's hold, until D1, as B did.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		const n = 2
+		item := newItem(t, c, Item{Total: 2, Buckets: n})
+		l := c.layoutFor(item, n)
+		x, pauseO, doneO := orphanOfX(t, f, rdb, c, item, l, 3*time.Second, 500*time.Millisecond)
+		pauseDrop := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
+		doneA2 := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, x)
+			doneA2 <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "A2's drop to be paused", func() bool { return pauseDrop.Hits() == 1 })
+		if err := c.Cancel(ctx, item, "b1", buyerHomedAt(1, n, "ben")); err != nil {
+			t.Fatal(err)
+		}
+		f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
+		pauseO.Release()
+		if err := <-doneO; !errors.Is(err, errDied) {
+			t.Fatalf("O: %v, want it dead before settling", err)
+		}
+		held := heldUntil(t, rdb, l, 1, "x")
+		if r, err := c.Reserve(ctx, item, x); err != nil || r.Bucket != 1 || r.Deadline.UnixMilli() != held {
+			t.Fatalf("B: %+v %v, want O's hold in bucket 1 until %d", r, err, held)
+		}
+		pauseDrop.Release()
+		a2 := <-doneA2
+		if a2.err != nil || a2.r.Bucket != 1 || a2.r.Deadline.UnixMilli() != held {
+			t.Fatalf("A2: %+v %v, want O's hold in bucket 1 until %d", a2.r, a2.err, held)
+		}
+	})
+}
+
+func TestASettleOntoAHoldThatEndedMeanwhileIsToldSo(t *testing.T) {
+	// After O's claim is dropped, A2 claims x anew (D2, a second later
+	// than O's D1) and dies before dropping it. O takes ben's returned
+	// unit until D1 and dies. B resumes A2's claim, finds O's hold, and
+	// settles onto it only after D1: it must not be told the units are
+	// held until a deadline that has passed.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		const n = 2
+		item := newItem(t, c, Item{Total: 2, Buckets: n})
+		l := c.layoutFor(item, n)
+		x, pauseO, doneO := orphanOfX(t, f, rdb, c, item, l, 2*time.Second, time.Second)
+		f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
+		if _, err := c.Reserve(ctx, item, x); !errors.Is(err, errDied) {
+			t.Fatalf("A2: %v, want it dead before its drop", err)
+		}
+		if err := c.Cancel(ctx, item, "b1", buyerHomedAt(1, n, "ben")); err != nil {
+			t.Fatal(err)
+		}
+		f.On(redistest.Script(settleScript.Hash())).Fail(errDied).Times(1)
+		pauseO.Release()
+		if err := <-doneO; !errors.Is(err, errDied) {
+			t.Fatalf("O: %v, want it dead before settling", err)
+		}
+		pauseB := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
+		doneB := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, x)
+			doneB <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "B's settle to be paused", func() bool { return pauseB.Hits() == 1 })
+		waitPast(t, rdb, time.UnixMilli(heldUntil(t, rdb, l, 1, "x")))
+		pauseB.Release()
+		got := <-doneB
+		if !errors.Is(got.err, ErrReturned) {
+			t.Fatalf("B, settling onto a hold that ended: %+v %v, want ErrReturned", got.r, got.err)
+		}
+		if _, err := c.Sweep(ctx, item, 10); err != nil {
+			t.Fatal(err)
+		}
+		wantLevels(t, c, item, Levels{Total: 2, Available: 1, Held: 1})
+		mustAudit(t, c, item)
+	})
+}
+
+func TestTheHomesLastLookGetsBackManyExpiredHolds(t *testing.T) {
+	// An order of forty units homed in bucket 0, whose forty holds of a
+	// unit run out while the order is asking bucket 1: the home's last
+	// look must return them all, not sixteen, and hold the order there.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		const n, units = 2, 40
+		item := newItem(t, c, Item{Total: units * n, Buckets: n})
+		l := c.layoutFor(item, n)
+		var last time.Time
+		for k := range n {
+			hold := time.Minute
+			if k == 0 {
+				hold = time.Second
+			}
+			for i := range units {
+				r, err := c.Reserve(ctx, item, Order{ID: fmt.Sprint(k, "-", i), Buyer: buyerHomedAt(k, n, fmt.Sprint("b", i)), Quantity: 1, Hold: hold})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if k == 0 {
+					last = r.Deadline
+				}
+			}
+		}
+		// The take and settle scripts loaded where they run.
+		if _, err := c.Reserve(ctx, item, order("warm", buyerHomedAt(0, n, "warm"))); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("warm-up: %v, want sold out", err)
+		}
+		pause := f.On(takeIn(l, 1)).Hold().Times(1)
+		done := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, Order{ID: "big", Buyer: buyerHomedAt(0, n, "bo"), Quantity: units, Hold: time.Minute})
+			done <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the take in bucket 1 to be paused", func() bool { return pause.Hits() == 1 })
+		waitPast(t, rdb, last)
+		pause.Release()
+		if got := <-done; got.err != nil || got.r.Bucket != 0 {
+			t.Fatalf("an order of %d units beside %d expired holds in its home: %+v %v; levels %+v", units, units, got.r, got.err, mustAudit(t, c, item).Levels)
+		}
+	})
+}

@@ -345,8 +345,11 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 	switch {
 	case res[0] == codeReserved:
 		return r, nil
-	case res[0] == codeClaimOver && len(res) == 3:
+	case res[0] == codeClaimOver && len(res) >= 3:
 		settled, state := int(res[1]), State(res[2])
+		if len(res) > 3 && res[3] > 0 {
+			r.Deadline = msTime(res[3]) // the hold another call settled onto
+		}
 		if settled == k {
 			if state == Returned {
 				// Another call settled the claim here, and the hold has ended
@@ -395,8 +398,11 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 	if over == holdAtHome && res[0] == codeReserved {
 		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: h, Replayed: resumed}, nil
 	}
-	if res[0] == codeClaimOver && len(res) == 3 && res[1] >= 0 && int(res[1]) != over {
+	if res[0] == codeClaimOver && len(res) >= 3 && res[1] >= 0 && int(res[1]) != over {
 		if state := State(res[2]); state == Held || state == Sold {
+			if len(res) > 3 && res[3] > 0 {
+				deadline = res[3] // the hold another call settled onto
+			}
 			return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: state, Deadline: msTime(deadline), Bucket: int(res[1]), Replayed: resumed}, nil
 		}
 	}

@@ -16,11 +16,14 @@
 --   {1}            settled: the order is held in that bucket (with -2:
 --                  here, until the claim's deadline)
 --   {-1}           the claim is dropped and the buyer's allowance released
---   {-8, bucket, state}  the claim is no longer open: another call settled
---                  it (bucket holds the units; state 1 held, 2 sold, 3
---                  returned), or its deadline passed (bucket -1, state 3:
---                  it was swept, or is ended now). Unless bucket is the one
---                  this call took from, the caller gives back what it took
+--   {-8, bucket, state, deadline}  the claim is no longer open: another
+--                  call settled it (bucket holds the units until deadline;
+--                  state 1 held, 2 sold, 3 returned), or its deadline passed
+--                  (bucket -1, state 3: it was swept, or is ended now), or
+--                  the hold in ARGV[2] ended before the claim could be
+--                  settled onto it (bucket ARGV[2], state 3: the claim is
+--                  dropped). Unless bucket is the one this call took from,
+--                  the caller gives back what it took
 --   {-6, n} / {-7} route again with n buckets / no such item
 local R = records()
 local self, limit, _, err = R.check_bucket(ARGV[3])
@@ -30,10 +33,10 @@ end
 local order, k = ARGV[1], tonumber(ARGV[2])
 local r = R.record(order)
 if not r or r.home ~= self then
-  return {-8, -1, 3}
+  return {-8, -1, 3, 0}
 end
 if r.st ~= R.CLAIMED then
-  return {-8, r.stock, R.STATE_CODE[r.st]}
+  return {-8, r.stock, R.STATE_CODE[r.st], r.deadline}
 end
 local now = R.now_ms()
 if r.deadline <= now then
@@ -41,7 +44,18 @@ if r.deadline <= now then
   -- returned, or will be at the next sweep of its bucket. Settling onto it
   -- would report a hold that is gone. End the claim as the sweep would.
   R.end_claim(order, r, limit)
-  return {-8, -1, 3}
+  return {-8, -1, 3, r.deadline}
+end
+local held_until = tonumber(ARGV[4])
+if k >= 0 and held_until and held_until <= now then
+  -- The hold another call's claim took, with an earlier deadline than
+  -- this claim's, has ended since the caller saw it: settling onto it
+  -- would report a hold that is gone. Drop the claim, as when no bucket
+  -- had the units.
+  redis.call('ZREM', KEYS[2], order)
+  redis.call('HDEL', KEYS[1], 'o:' .. order)
+  R.release_buyer(limit, r.buyer, r.q)
+  return {-8, k, 3, held_until}
 end
 if k == -2 then
   -- The other buckets were asked one after another, and units may have
@@ -51,9 +65,16 @@ if k == -2 then
   -- hold's.
   local c = redis.call('HMGET', KEYS[1], 'available', 'held')
   local available, held = tonumber(c[1]), tonumber(c[2])
-  if available < r.q and held > 0 and R.sweep(now, 16, self, limit) > 0 then
-    c = redis.call('HMGET', KEYS[1], 'available', 'held')
-    available, held = tonumber(c[1]), tonumber(c[2])
+  -- Up to 64 holds that ran out are returned first, as in reserve.lua.
+  local rounds, more = 0, true
+  while more and rounds < 4 and available < r.q and held > 0 do
+    local units, claims
+    units, claims, more = R.sweep(now, 16, self, limit)
+    if units > 0 then
+      c = redis.call('HMGET', KEYS[1], 'available', 'held')
+      available, held = tonumber(c[1]), tonumber(c[2])
+    end
+    rounds = rounds + 1
   end
   if available >= r.q then
     r.st, r.stock = R.HELD, self
