@@ -225,11 +225,21 @@ func TestABatchRefusedAcrossSlotsIsSentCallByCall(t *testing.T) {
 	}
 }
 
+// userOps returns n required counts, each with cap, of keys that share
+// user's hash tag (so one call may make them all).
+func userOps(user string, n int, cap int64) []Op {
+	ops := make([]Op, n)
+	for i := range ops {
+		ops[i] = Op{Limit: Limit{Key: fmt.Sprint("{", user, "}:", i), Cap: cap, TTL: time.Hour}, N: 1}
+	}
+	return ops
+}
+
 // Lua's unpack stops short of 8,000 values, and a batch reads its keys
-// with MGET(unpack(KEYS)): three queued calls of 3,000 counts each, fine
-// alone, would fail together. A batch carries at most batchKeys keys; the
-// rest go in further script calls. (On the real server only: miniredis's
-// Lua has a limit of its own, and takes seconds over this many keys.)
+// with MGET(unpack(KEYS)): a batch carries at most batchKeys keys, so
+// three queued calls of MaxOps counts each go in three script calls.
+// (On the real server only: miniredis's Lua has a limit of its own, and
+// takes seconds over this many keys.)
 func TestABatchNeverCarriesMoreKeysThanAScriptCanRead(t *testing.T) {
 	b := redistest.Open(t, redistest.Single)
 	ctx := context.Background()
@@ -241,12 +251,7 @@ func TestABatchNeverCarriesMoreKeysThanAScriptCanRead(t *testing.T) {
 	const calls, counts = 3, MaxOps
 	var outs []chan takeResult
 	for i := range calls {
-		user := fmt.Sprint("{", redistest.Key(t), i, "}")
-		ops := make([]Op, counts)
-		for j := range ops {
-			ops[j] = Op{Limit: Limit{Key: fmt.Sprint(user, j), Cap: 1, TTL: time.Hour}, N: 1}
-		}
-		outs = append(outs, queueTake(t, ctx, c, i+1, ops...))
+		outs = append(outs, queueTake(t, ctx, c, i+1, userOps(fmt.Sprint(redistest.Key(t), i), counts, 1)...))
 	}
 	sent := f.On(redistest.Script(takeBatchScript.Hash()))
 	release()
@@ -275,15 +280,8 @@ func TestAPartOfASplitBatchThatFailsFailsOnlyItsOwnCalls(t *testing.T) {
 	rdb := b.Client(t, f)
 	c := newClient(t, rdb)
 	release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
-	ops := func(name string, n int) []Op {
-		user := "{" + redistest.Key(t) + name + "}"
-		var ops []Op
-		for i := range n {
-			ops = append(ops, Op{Limit: Limit{Key: fmt.Sprint(user, ":", i), Cap: 5, TTL: time.Hour}, N: 1})
-		}
-		return ops
-	}
-	calls := [][]Op{ops("a", 900), ops("b", 200), ops("c", 200), ops("d", 900)}
+	key := redistest.Key(t)
+	calls := [][]Op{userOps(key+"a", 900, 5), userOps(key+"b", 200, 5), userOps(key+"c", 200, 5), userOps(key+"d", 900, 5)}
 	boom := errors.New("boom")
 	fail := f.On(redistest.HasArg(DefaultPrefix + calls[1][0].Key)).Fail(boom)
 	var outs []chan takeResult
