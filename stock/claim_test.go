@@ -570,28 +570,10 @@ func TestASettleOntoAnotherCallsHoldReportsThatHoldsDeadline(t *testing.T) {
 		const n = 2
 		item := newItem(t, c, Item{Total: 2, Buckets: n})
 		l := c.layoutFor(item, n)
-		ann, ben, wes, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "wes"), buyerHomedAt(0, n, "bob")
-		// Every script loaded where it runs: wes walks to bucket 1 and
-		// cancels.
-		for _, step := range []func() error{
-			func() error { _, err := c.Reserve(ctx, item, order("a0", ann)); return err },
-			func() error { _, err := c.Reserve(ctx, item, order("w", wes)); return err },
-			func() error { return c.Cancel(ctx, item, "w", wes) },
-			func() error { _, err := c.Reserve(ctx, item, order("b1", ben)); return err },
-		} {
-			if err := step(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		ben, bob := bothBucketsHeld(t, c, item, n)
 		x := Order{ID: "x", Buyer: bob, Quantity: 1, Hold: 2 * time.Second}
-		pauseO := f.On(takeIn(l, 1)).Hold().Times(1)
 		claimed := redisNow(t, rdb)
-		doneO := make(chan error, 1)
-		go func() {
-			_, err := c.Reserve(ctx, item, x)
-			doneO <- err
-		}()
-		redistest.WaitFor(t, 10*time.Second, "O's take to be paused", func() bool { return pauseO.Hits() == 1 })
+		pauseO, doneO := pausedBeforeTake(t, f, c, item, l, x)
 		waitPast(t, rdb, claimed.Add(time.Second))
 		pauseDrop := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
 		doneA := make(chan outcome, 1)
@@ -635,16 +617,15 @@ func TestASettleOntoAnotherCallsHoldReportsThatHoldsDeadline(t *testing.T) {
 	})
 }
 
-// orphanOfX sets up two buckets of one unit, both held, and bob's first
-// call O for order x claiming it (deadline D1) and paused before its take
-// in bucket 1; then bob's retry A, which resumes the claim, is refused and
-// drops it, and time passes. It returns the order, O's pause and O's end.
-func orphanOfX(t *testing.T, f *redistest.Faults, rdb redis.UniversalClient, c *Counter, item string, l *layout, hold, gap time.Duration) (Order, *redistest.Rule, chan error) {
+// bothBucketsHeld holds the units of an item of two buckets of one unit:
+// ann's in bucket 0 and ben's in bucket 1, after wes, homed in 0, walked
+// to bucket 1 and cancelled, so that every script is loaded where it
+// runs. It returns ben and bob, a buyer homed in bucket 0.
+func bothBucketsHeld(t *testing.T, c *Counter, item string, n int) (ben, bob string) {
 	t.Helper()
 	ctx := context.Background()
-	n := l.n
-	ann, ben, wes, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "wes"), buyerHomedAt(0, n, "bob")
-	// Every script loaded where it runs: wes walks to bucket 1 and cancels.
+	ann, wes := buyerHomedAt(0, n, "ann"), buyerHomedAt(0, n, "wes")
+	ben, bob = buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
 	for _, step := range []func() error{
 		func() error { _, err := c.Reserve(ctx, item, order("a0", ann)); return err },
 		func() error { _, err := c.Reserve(ctx, item, order("w", wes)); return err },
@@ -655,15 +636,34 @@ func orphanOfX(t *testing.T, f *redistest.Faults, rdb redis.UniversalClient, c *
 			t.Fatal(err)
 		}
 	}
-	x := Order{ID: "x", Buyer: bob, Quantity: 1, Hold: hold}
-	pauseO := f.On(takeIn(l, 1)).Hold().Times(1)
-	doneO := make(chan error, 1)
+	return ben, bob
+}
+
+// pausedBeforeTake starts a Reserve of x, O, that claims x in its home
+// (bucket 0) and is paused before its take in bucket 1. It returns the
+// pause and O's end.
+func pausedBeforeTake(t *testing.T, f *redistest.Faults, c *Counter, item string, l *layout, x Order) (*redistest.Rule, chan error) {
+	t.Helper()
+	pause := f.On(takeIn(l, 1)).Hold().Times(1)
+	done := make(chan error, 1)
 	go func() {
-		_, err := c.Reserve(ctx, item, x)
-		doneO <- err
+		_, err := c.Reserve(context.Background(), item, x)
+		done <- err
 	}()
-	redistest.WaitFor(t, 10*time.Second, "O's take to be paused", func() bool { return pauseO.Hits() == 1 })
-	if _, err := c.Reserve(ctx, item, x); !errors.Is(err, ErrSoldOut) {
+	redistest.WaitFor(t, 10*time.Second, "O's take to be paused", func() bool { return pause.Hits() == 1 })
+	return pause, done
+}
+
+// orphanOfX holds both buckets (bothBucketsHeld) and pauses bob's first
+// call O for order x before its take (pausedBeforeTake); then bob's retry
+// A resumes the claim, is refused and drops it, and gap passes. It
+// returns the order, O's pause and O's end.
+func orphanOfX(t *testing.T, f *redistest.Faults, rdb redis.UniversalClient, c *Counter, item string, l *layout, hold, gap time.Duration) (Order, *redistest.Rule, chan error) {
+	t.Helper()
+	_, bob := bothBucketsHeld(t, c, item, l.n)
+	x := Order{ID: "x", Buyer: bob, Quantity: 1, Hold: hold}
+	pauseO, doneO := pausedBeforeTake(t, f, c, item, l, x)
+	if _, err := c.Reserve(context.Background(), item, x); !errors.Is(err, ErrSoldOut) {
 		t.Fatalf("A: %v, want sold out (it drops O's claim)", err)
 	}
 	waitPast(t, rdb, redisNow(t, rdb).Add(gap))
