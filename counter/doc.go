@@ -93,7 +93,7 @@
 //     that creates it, and a windowed key's expiry is restored on its next
 //     count. Keys in a window (unique counts, calendars) expire after their
 //     period too, once they can no longer be asked for (by default a
-//     unique count 400 periods later, a calendar month 400 days). Only
+//     unique count 400 periods later, a calendar month 402 days). Only
 //     what the caller asks to keep has none: a unique count with the zero
 //     Window, a versioned value set with ttl 0.
 //   - A period's count lasts the whole period, whatever the expiries.
