@@ -61,9 +61,7 @@ func (c *Client) AddUnique(ctx context.Context, key string, w Window, items ...s
 	res, err := c.windowed(ctx, uniqueAddScript, func(now time.Time) ([]any, error) {
 		pl := placeBase(base, w, now)
 		if pl.p != nil {
-			// In milliseconds: 400 periods of a long Fixed window overflow
-			// a time.Duration (292 years), not an int64 of milliseconds.
-			pl.exp = expiry(pl.p.period, base).UnixMilli() + int64(c.uniqueKeep)*w.longest().Milliseconds()
+			pl.exp = expiry(pl.p.period, base).UnixMilli() + w.retention(c.uniqueKeep)
 		}
 		args := uniqueAddScript.Args(1, 4+len(items))
 		args = append(args, pl.key, c.nowArg(), pl.start, pl.end, pl.exp)

@@ -134,9 +134,9 @@ func TestAUniqueCountIsBornWithItsExpiry(t *testing.T) {
 		}
 		pl := placeBase(base, w, now)
 		k := pl.key.(string)
-		// Kept MaxUniquePeriods days of 25 hours (the longest) after the
-		// count's own expiry, for CountUniqueBetween.
-		want := pl.exp.(int64) + MaxUniquePeriods*(25*time.Hour).Milliseconds()
+		// Kept MaxUniquePeriods days after the count's own expiry, and a
+		// day more for clocks that went back, for CountUniqueBetween.
+		want := pl.exp.(int64) + (MaxUniquePeriods*24*time.Hour + zoneShift).Milliseconds()
 		// miniredis keeps a TTL from its clock, and may give the instant
 		// back a millisecond off.
 		var slack int64
@@ -457,5 +457,30 @@ func TestUniqueCountsReportRedisErrors(t *testing.T) {
 	}
 	if _, err := c.CountUniqueBetween(ctx, "k", Daily(time.UTC), now.AddDate(0, 0, -1), now); !errors.Is(err, broken) {
 		t.Errorf("CountUniqueBetween of two days: %v, want the connection's error", err)
+	}
+}
+
+func TestAUniqueCountIsKeptAcrossDaysWhenClocksGoBackHours(t *testing.T) {
+	// A sketch is kept retention(n) past its period's end, so that the n
+	// periods after it still reach it: however long they last. Troll's
+	// clocks go back two hours each October (a day of 26 hours), Casey's
+	// went back three in 2010, Lord Howe's go back half an hour.
+	for _, zone := range []string{"Antarctica/Troll", "Antarctica/Casey", "Australia/Lord_Howe", "America/New_York", "America/Santiago"} {
+		loc := mustZone(t, zone)
+		for _, w := range []Window{Daily(loc), Weekly(loc), Monthly(loc)} {
+			for day := time.Date(2009, 1, 1, 12, 0, 0, 0, loc); day.Year() < 2029; day = day.AddDate(0, 0, 5) {
+				p := w.period(day)
+				for _, n := range []int{1, 2, 7} {
+					q := p
+					for range n {
+						q = w.period(q.end)
+					}
+					if got := q.end.Sub(p.end).Milliseconds(); got > w.retention(n) {
+						t.Fatalf("%v: the %d periods after %s last %v, longer than the sketch is kept (%v)",
+							w, n, p.label, q.end.Sub(p.end), time.Duration(w.retention(n))*time.Millisecond)
+					}
+				}
+			}
+		}
 	}
 }

@@ -221,22 +221,33 @@ func startOfDay(y int, m time.Month, d int, loc *time.Location) time.Time {
 	return hi
 }
 
-// longest returns the longest a period of w can last: a calendar day or
-// week may have an hour more than usual (the clocks going back), a month
-// has up to 31 days.
-func (w Window) longest() time.Duration {
+// retention returns how long, in milliseconds, after a period of w ends
+// its unique count must be kept for the n periods after it to reach back
+// to it (in milliseconds: 400 periods of a long Fixed window overflow a
+// time.Duration, 292 years, not an int64 of milliseconds). The n
+// periods last at most n times the longest a period lasts without a
+// change of the clocks (a month: 31 days), plus however far the zone's
+// clocks went back over them. zoneShift bounds that: no zone has moved
+// its clocks back by more than 3 hours in one go since 1970
+// (Antarctica/Casey, 2010; Troll goes back 2 hours every October), and
+// moves back and forth cancel out over a span.
+func (w Window) retention(n int) int64 {
+	var d time.Duration
 	switch w.kind {
 	case fixedWindow:
-		return w.every
+		return int64(n) * w.every.Milliseconds()
 	case dayWindow:
-		return 25 * time.Hour
+		d = 24 * time.Hour
 	case weekWindow:
-		return 7*24*time.Hour + time.Hour
+		d = 7 * 24 * time.Hour
 	case monthWindow:
-		return 31*24*time.Hour + time.Hour
+		d = 31 * 24 * time.Hour
 	}
-	return 0
+	return int64(n)*d.Milliseconds() + zoneShift.Milliseconds()
 }
+
+// zoneShift is retention's allowance for clocks that went back.
+const zoneShift = 24 * time.Hour
 
 // expiry returns when the key of period p, named key, may go: after the
 // period ends, plus a margin well above the clock skew between Redis
