@@ -62,12 +62,15 @@ func (c *Client) sendTakes(ctx context.Context, calls []takeCall) ([]takeReply, 
 			end++
 		}
 		if err := c.sendBatch(ctx, calls[start:end], replies[start:end]); err != nil {
-			if start == 0 {
+			if start == 0 && end == len(calls) {
+				// One script call for the whole batch: its error is the
+				// batch's, which the batcher reports (outcome unknown
+				// if the leader's context ended).
 				return nil, err
 			}
-			// The calls before start were decided: they keep their
-			// replies, and this group's calls get the error, each as if
-			// sent alone. The groups after it go on.
+			// Only this group failed: the calls of the others keep their
+			// replies (before it) or still go (after it), and this
+			// group's calls get the error, each as if sent alone.
 			for i := start; i < end; i++ {
 				replies[i] = takeReply{err: err}
 			}

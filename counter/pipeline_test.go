@@ -270,40 +270,59 @@ func TestABatchNeverCarriesMoreKeysThanAScriptCanRead(t *testing.T) {
 }
 
 func TestAPartOfASplitBatchThatFailsFailsOnlyItsOwnCalls(t *testing.T) {
-	// Four calls queue: a, b, c and d, of 900, 200, 200 and 900 counts.
-	// They go as three script calls, [a], [b c] and [d] (batchKeys), and
-	// the second fails. a and d were counted and must be told so; only b
-	// and c get the error, as each would have alone.
-	b := redistest.Open(t, redistest.Single)
-	ctx := context.Background()
-	f := redistest.NewFaults()
-	rdb := b.Client(t, f)
-	c := newClient(t, rdb)
-	release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
-	key := redistest.Key(t)
-	calls := [][]Op{userOps(key+"a", 900, 5), userOps(key+"b", 200, 5), userOps(key+"c", 200, 5), userOps(key+"d", 900, 5)}
-	boom := errors.New("boom")
-	fail := f.On(redistest.HasArg(DefaultPrefix + calls[1][0].Key)).Fail(boom)
-	var outs []chan takeResult
-	for i, call := range calls {
-		outs = append(outs, queueTake(t, ctx, c, i+1, call...))
-	}
-	release()
-	for i, out := range outs {
-		r := <-out
-		failed := i == 1 || i == 2
-		if failed && !errors.Is(r.err, boom) {
-			t.Errorf("call %d, in the group that failed: %+v %v, want the error", i, r.out, r.err)
-		}
-		if !failed && (r.err != nil || !r.out.Allowed || len(r.out.Counts) != len(calls[i]) || r.out.Counts[0].Value != 1) {
-			t.Errorf("call %d: %+v %v, want it counted", i, r.out.Allowed, r.err)
-		}
-	}
-	fail.Off()
-	for i, call := range calls {
-		got, err := c.Get(ctx, call[0].Limit)
-		if want := int64(map[bool]int{true: 0, false: 1}[i == 1 || i == 2]); err != nil || got.Value != want {
-			t.Errorf("call %d's first count: %+v %v, want %d", i, got, err, want)
-		}
+	// Four calls queue, a to d, of as many counts as sizes says. They go
+	// as three script calls (batchKeys), and the one with a fails (in
+	// the first case the second call, [b c]; in the second the first,
+	// [a b]). The calls of the other script calls were counted, or can
+	// be, and must be told so; only the failed one's calls get the
+	// error, as each would have alone.
+	for _, tc := range []struct {
+		name   string
+		sizes  [4]int
+		failed [4]bool
+	}{
+		{"[a] [b c] [d], the second fails", [4]int{900, 200, 200, 900}, [4]bool{false, true, true, false}},
+		{"[a b] [c] [d], the first fails", [4]int{200, 200, 900, 900}, [4]bool{true, true, false, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := redistest.Open(t, redistest.Single)
+			ctx := context.Background()
+			f := redistest.NewFaults()
+			rdb := b.Client(t, f)
+			c := newClient(t, rdb)
+			release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
+			key := redistest.Key(t)
+			var calls [][]Op
+			for i, n := range tc.sizes {
+				calls = append(calls, userOps(fmt.Sprintf("%s%c", key, 'a'+i), n, 5))
+			}
+			failing := 1
+			if tc.failed[0] {
+				failing = 0
+			}
+			boom := errors.New("boom")
+			fail := f.On(redistest.HasArg(DefaultPrefix + calls[failing][0].Key)).Fail(boom)
+			var outs []chan takeResult
+			for i, call := range calls {
+				outs = append(outs, queueTake(t, ctx, c, i+1, call...))
+			}
+			release()
+			for i, out := range outs {
+				r := <-out
+				if tc.failed[i] && !errors.Is(r.err, boom) {
+					t.Errorf("call %d, in the group that failed: %+v %v, want the error", i, r.out, r.err)
+				}
+				if !tc.failed[i] && (r.err != nil || !r.out.Allowed || len(r.out.Counts) != len(calls[i]) || r.out.Counts[0].Value != 1) {
+					t.Errorf("call %d: %+v %v, want it counted", i, r.out.Allowed, r.err)
+				}
+			}
+			fail.Off()
+			for i, call := range calls {
+				got, err := c.Get(ctx, call[0].Limit)
+				if want := int64(map[bool]int{true: 0, false: 1}[tc.failed[i]]); err != nil || got.Value != want {
+					t.Errorf("call %d's first count: %+v %v, want %d", i, got, err, want)
+				}
+			}
+		})
 	}
 }
