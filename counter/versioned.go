@@ -138,7 +138,12 @@ func (c *Client) CompareAndSet(ctx context.Context, key string, expect Version, 
 	if data == nil {
 		data = []byte{}
 	}
-	ttlMillis := int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	// Rounded up without adding first: ttl + 999,999 ns overflows for the
+	// longest durations and would read as 0, no expiry.
+	ttlMillis := ttl.Milliseconds()
+	if ttl%time.Millisecond != 0 {
+		ttlMillis++
+	}
 	tok := newToken()
 	args := versionedSetScript.Args(1, 7)
 	args = append(args, k, int64(expect)/versionSeqs, int64(expect)%versionSeqs, data, ttlMillis, c.versionNowArg(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,6 +319,16 @@ func TestVersionedTTL(t *testing.T) {
 		v = mustCAS(t, c, key, v, "y", time.Hour)
 		if pttl := rdb.PTTL(ctx, k).Val(); pttl <= time.Minute || pttl > time.Hour {
 			t.Fatalf("after a write with ttl 1h: PTTL %v, want in (1m, 1h]", pttl)
+		}
+		// The longest ttl sets an expiry too: rounding it up to the
+		// millisecond must not overflow into 0, no expiry. (miniredis
+		// keeps a TTL as a time.Duration, which this one overflows.)
+		if b.Miniredis() == nil {
+			v = mustCAS(t, c, key, v, "y", math.MaxInt64)
+			// In ms as Redis says it: go-redis's PTTL overflows a Duration.
+			if pttl, err := rdb.Do(ctx, "PTTL", k).Int64(); err != nil || pttl < math.MaxInt64/int64(time.Millisecond)-int64(time.Hour/time.Millisecond) {
+				t.Fatalf("after a write with the longest ttl: PTTL %d ms (%v), want about %d", pttl, err, math.MaxInt64/int64(time.Millisecond))
+			}
 		}
 		// ...and ttl 0 means no expiry, as with SET.
 		mustCAS(t, c, key, v, "z", 0)
