@@ -475,3 +475,45 @@ func TestACounterWithAStaleLayoutFollowsARecreatedItem(t *testing.T) {
 		}
 	})
 }
+
+// Two processes create one bucketed item at once, with other totals. The
+// first makes bucket 0 and stalls; the second finds bucket 0 and makes
+// bucket 1. Only the first created the item, and the item holds its
+// total: bucket 1 has the first's share, not the second's (which would
+// put units on sale that neither asked for).
+func TestConcurrentCreatesReportOneCreatorAndSplitItsTotal(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		first := newCounter(t, b.Client(t, f))
+		second := newCounter(t, b.Client(t))
+		item := redistest.Key(t)
+		if err := b.Client(t).ScriptLoad(ctx, createScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		bucket1 := first.layoutFor(item, 2).buckets[1].keys[0].(string)
+		isCreate := redistest.Script(createScript.Hash())
+		hold := f.On(func(cmd redis.Cmder) bool { return isCreate(cmd) && redistest.HasArg(bucket1)(cmd) }).Hold().Times(1)
+		type result struct {
+			created bool
+			err     error
+		}
+		done := make(chan result, 1)
+		go func() {
+			created, err := first.Create(ctx, item, Item{Total: 10, Buckets: 2})
+			done <- result{created, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "the first Create to stall before bucket 1", func() bool { return hold.Hits() == 1 })
+		created, err := second.Create(ctx, item, Item{Total: 1000, Buckets: 2})
+		if err != nil || created {
+			t.Fatalf("the second Create, which found bucket 0 made: %v %v, want not created", created, err)
+		}
+		hold.Release()
+		if r := <-done; r.err != nil || !r.created {
+			t.Fatalf("the first Create, which made bucket 0: %v %v, want created", r.created, r.err)
+		}
+		if a := mustAudit(t, first, item); a.Total != 10 {
+			t.Fatalf("total %d after both Creates, want the first's 10", a.Total)
+		}
+	})
+}

@@ -89,7 +89,8 @@
 // one hash tag (for an item with one bucket the tag is the item's name):
 //
 //	surge:stock:{T}          hash   total, available, held, sold; n (buckets), k (this bucket), limit, exp;
-//	                                ret (returns and restocks so far); r:<restock id> -> 1;
+//	                                ret (returns and restocks so far); c, tc (the creating call's id and total);
+//	                                r:<restock id> -> 1;
 //	                                o:<order id> -> "state|qty|stock bucket|home bucket|deadline ms|buyer";
 //	                                b:<buyer> -> units held, sold or claimed (only with a per-buyer limit)
 //	surge:stock:{T}:due      zset   order ids (one, or a batch's joined by NUL) -> deadline ms of holds (or claims) to end

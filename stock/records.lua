@@ -11,7 +11,8 @@
 --                   buyer, 0 = none), exp (expiry, ms); ret (how many times
 --                   units came back: give_back and restock.lua bump it, so
 --                   a caller that saw the bucket refuse knows whether it
---                   may have units again);
+--                   may have units again); c and tc (the id and total of
+--                   the Create call that made the bucket: create.lua);
 --                   "o:<order id>" -> order record (see below);
 --                   "b:<buyer>" -> units held, sold or claimed by the
 --                   buyer's orders homed here (only with a limit)

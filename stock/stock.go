@@ -134,18 +134,27 @@ func (c *Counter) Create(ctx context.Context, item string, spec Item) (bool, err
 	created := false
 	var expiry int64 // set by bucket 0, shared by the others
 	id := rand.Text()
+	// Bucket 0 decides: the call that made it created the item, and its
+	// total is split over the buckets. A call that finds bucket 0 made by
+	// another only makes the buckets still missing (their maker may have
+	// stopped part-way), with the maker's shares: two concurrent Creates
+	// of other totals must not each fill in buckets of their own.
+	total := spec.Total
 	for _, b := range l.buckets {
-		share := splitShare(spec.Total, l.n, b.index)
-		args := append(createScript.Args(3, 10), b.keys[:]...)
-		args = append(args, share, l.n, b.index, spec.PerBuyer, ttl.Milliseconds(), expiry, id)
+		share := splitShare(total, l.n, b.index)
+		args := append(createScript.Args(3, 11), b.keys[:]...)
+		args = append(args, share, l.n, b.index, spec.PerBuyer, ttl.Milliseconds(), expiry, id, total)
 		res, err := createScript.Ints(ctx, c.rdb, args)
 		if err != nil {
 			return created, fmt.Errorf("stock: create %q: %w", item, err)
 		}
 		switch {
 		case len(res) == 2 && res[0] == 1:
-			created = true
-		case len(res) == 2 && res[0] == 0:
+			created = b.index == 0 || created
+		case len(res) == 3 && res[0] == 0:
+			if b.index == 0 && res[2] >= 0 {
+				total = res[2]
+			}
 		case len(res) >= 1 && res[0] == -1:
 			return created, fmt.Errorf("%w: %q", ErrItemConflict, item)
 		default:
