@@ -57,7 +57,8 @@ type Reservation struct {
 	OrderID  string
 	Quantity int64
 	// State is Held for a new reservation; a replayed one may have been
-	// confirmed or returned since.
+	// confirmed or returned since (a hold past its deadline is returned,
+	// though Sweep may not have put its units back yet).
 	State State
 	// Deadline is when the hold ends unless confirmed, by Redis's clock.
 	Deadline time.Time

@@ -15,7 +15,9 @@
 --                                 end, or the item's expiry if that is
 --                                 sooner (a hold never outlives its keys)
 --   {2, deadline, bucket, state}  the order was reserved before; nothing
---                                 changed (state 1 held, 2 sold, 3 returned)
+--                                 changed (state 1 held, 2 sold, 3 returned:
+--                                 a hold past its deadline is returned,
+--                                 swept or not)
 --   {-1}                          not enough stock, and no other bucket
 --   {-2, units}                   over the per-buyer limit (units: the
 --                                 buyer's current count)
@@ -173,7 +175,13 @@ local function decide(i, r)
       reply[r], reply[r + 1], reply[r + 2], reply[r + 3] = 2, rec.deadline, rec.stock, R.STATE_CODE[R.RETURNED]
       return
     else
-      reply[r], reply[r + 1], reply[r + 2], reply[r + 3] = 2, rec.deadline, rec.stock, R.STATE_CODE[rec.st]
+      -- A hold past its deadline is as good as returned, swept or not
+      -- (Confirm would return it): a retry is told so, not "held".
+      local st = rec.st
+      if st == R.HELD and rec.deadline <= now then
+        st = R.RETURNED
+      end
+      reply[r], reply[r + 1], reply[r + 2], reply[r + 3] = 2, rec.deadline, rec.stock, R.STATE_CODE[st]
       return
     end
     reply[r + 2], reply[r + 3] = 0, 0

@@ -583,6 +583,31 @@ func TestSoldOutCacheSparesRedis(t *testing.T) {
 	})
 }
 
+// A retry after the hold ran out, before any sweep, is told the order
+// was returned, as Confirm would be: not that it is still held.
+func TestARetryAfterTheHoldRanOutIsToldItWasReturned(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item := newItem(t, c, Item{Total: 1})
+		o := Order{ID: "x", Buyer: "alice", Quantity: 1, Hold: shortHold}
+		first, err := c.Reserve(ctx, item, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitPast(t, rdb, first.Deadline)
+		again, err := c.Reserve(ctx, item, o)
+		if err != nil || !again.Replayed || again.State != Returned || !again.Deadline.Equal(first.Deadline) {
+			t.Fatalf("retry past the deadline: %+v %v, want replayed as returned at %v", again, err, first.Deadline)
+		}
+		if err := c.Confirm(ctx, item, o.ID, o.Buyer); !errors.Is(err, ErrReturned) {
+			t.Fatalf("Confirm after: %v, want ErrReturned", err)
+		}
+		wantLevels(t, c, item, Levels{Total: 1, Available: 1})
+	})
+}
+
 func TestARetryAfterALostReplyDeductsNothing(t *testing.T) {
 	// The incident behind idempotency: the reservation went through, the
 	// reply was lost, the client retried.
