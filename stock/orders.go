@@ -157,10 +157,11 @@ func (c *Counter) deliver(ctx context.Context, item string, l *layout, k int, or
 // periodically (every second, say) from one or many processes: every hold is
 // returned exactly once. Reserve and Confirm also return expired holds they
 // come across, so Sweep mainly bounds how long an expired hold keeps its
-// units from other buyers.
+// units from other buyers. max is 1 to MaxSweep; other values are an error
+// wrapping ErrInvalid.
 func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error) {
-	if max <= 0 {
-		return 0, fmt.Errorf("%w: sweep batch %d", ErrInvalid, max)
+	if max <= 0 || max > MaxSweep {
+		return 0, fmt.Errorf("%w: sweep batch %d not in [1, %d]", ErrInvalid, max, MaxSweep)
 	}
 	var units int64
 	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {

@@ -37,6 +37,12 @@ const DefaultItemTTL = 30 * 24 * time.Hour
 // MaxBuckets bounds Item.Buckets.
 const MaxBuckets = 1024
 
+// MaxSweep bounds Sweep's max: one call of the sweep script ends up to
+// max holds per bucket, a handful of commands each, and blocks the bucket's
+// Redis server while it runs: 10,000 expired holds took it 69 ms
+// (redis-server 7.0 on a 2-core VM, 2026-11-26).
+const MaxSweep = 10000
+
 // MaxUnits bounds an item's total (and each bucket's, after restocks),
 // the per-buyer limit and an order's quantity: the scripts count in Lua
 // numbers, which are exact integers only up to 2^53.

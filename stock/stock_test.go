@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -448,11 +449,32 @@ func TestInvalidInputNeverReachesRedis(t *testing.T) {
 				t.Errorf("Restock of %d: %v", units, err)
 			}
 		}
-		if _, err := c.Sweep(ctx, "item", 0); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Sweep of 0: %v", err)
+		for _, max := range []int{0, -1, MaxSweep + 1, math.MaxInt} {
+			if _, err := c.Sweep(ctx, "item", max); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Sweep of %d: %v", max, err)
+			}
 		}
 		if n := seen.Hits(); n != 0 {
 			t.Fatalf("%d commands reached Redis for invalid input", n)
+		}
+	})
+}
+
+// The largest batch Sweep takes runs: the script's bounds (4*max ids
+// looked at, max outbox entries) stay integers Redis accepts.
+func TestSweepTakesBatchesUpToMaxSweep(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item := newItem(t, c, Item{Total: 1})
+		r, err := c.Reserve(ctx, item, Order{ID: "a", Buyer: "alice", Quantity: 1, Hold: shortHold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitPast(t, rdb, r.Deadline)
+		if units, err := c.Sweep(ctx, item, MaxSweep); err != nil || units != 1 {
+			t.Fatalf("Sweep(MaxSweep): %d %v, want the expired hold's unit back", units, err)
 		}
 	})
 }
