@@ -144,7 +144,9 @@
 // pipeline) whether they got units back since they refused (each bucket
 // counts the returns and restocks it takes). So a sold-out answer means that
 // at one moment, the home's last look, no bucket had the units; if one got
-// some back, the walk starts again, three walks at most. A retry that finds
+// some back, the walk starts again, three walks at most (the third's
+// refusal, which no moment was seen to hold, marks nothing in the sold-out
+// cache). A retry that finds
 // the claim still open (the first call is at work, or died mid-way) resumes
 // it. It first asks every other bucket whether it holds the order already
 // (the first call may have taken the units and lost the reply), all in one

@@ -118,7 +118,9 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
 	}
 	r, err := c.reserveRouted(ctx, item, o)
-	c.answeredSoldOut(item, gen, asked, o.Quantity, errors.Is(err, ErrSoldOut))
+	// A refusal after maxWalks walks saw units come back each time: it
+	// marks nothing, or the units would hide for the whole TTL.
+	c.answeredSoldOut(item, gen, asked, o.Quantity, errors.Is(err, ErrSoldOut) && !errors.Is(err, errRefilled))
 	return r, err
 }
 
@@ -136,7 +138,7 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order) (Rese
 			}
 		case errors.Is(err, errRefilled):
 			if walks++; walks == maxWalks {
-				return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
+				return Reservation{}, fmt.Errorf("%w: %q (after %d walks: %w each time)", ErrSoldOut, item, maxWalks, errRefilled)
 			}
 		default:
 			return r, err
@@ -146,11 +148,12 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order) (Rese
 
 // errRefilled says that a bucket that refused an order got units back
 // before every bucket had refused it (refilledSince).
-var errRefilled = errors.New("stock: a bucket got units back during the walk")
+var errRefilled = errors.New("a bucket got units back during the walk")
 
 // maxWalks bounds the walks over the buckets of one Reserve that a
 // refilled bucket sends round again: after the last, the order is
-// answered sold out, though units came and went during each walk.
+// answered sold out, though units came and went during each walk (and
+// WithSoldOutCache marks nothing for it).
 const maxWalks = 3
 
 func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservation, error) {

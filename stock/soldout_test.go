@@ -192,6 +192,63 @@ func TestSoldOutIsAnsweredOnlyIfEveryBucketWasEmptyAtOnce(t *testing.T) {
 	})
 }
 
+func TestASoldOutAnsweredAfterUnitsCameBackOnEveryWalkMarksNothing(t *testing.T) {
+	// Three buckets of one unit, all held. Each time bob's walk has been
+	// refused by bucket 1, another process cancels bucket 1's order and a
+	// new buyer takes the unit before bob can: units came back on every
+	// walk, and after maxWalks bob is answered sold out. That answer was
+	// never seen to hold, so it must not mark the item: when the other
+	// process cancels once more, this process sells the unit.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		const n = 3
+		f := redistest.NewFaults()
+		app := newCounter(t, b.Client(t, f), WithSoldOutCache(time.Hour))
+		admin := newCounter(t, b.Client(t))
+		item := newItem(t, admin, Item{Total: n, Buckets: n})
+		l := app.layoutFor(item, n)
+		holder := order("h0", buyerHomedAt(1, n, "h0"))
+		for _, o := range []Order{order("a0", buyerHomedAt(0, n, "ann")), holder, order("c2", buyerHomedAt(2, n, "cat"))} {
+			if _, err := admin.Reserve(ctx, item, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		churn := func() {
+			if err := admin.Cancel(ctx, item, holder.ID, holder.Buyer); err != nil {
+				t.Error(err)
+				return
+			}
+			id := fmt.Sprint("h", redistest.Key(t))
+			holder = order(id, buyerHomedAt(1, n, id))
+			if r, err := admin.Reserve(ctx, item, holder); err != nil || r.Bucket != 1 {
+				t.Errorf("the new buyer: %+v %v, want bucket 1's unit", r, err)
+			}
+		}
+		if err := b.Client(t).ScriptLoad(ctx, takeScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// bob's take in bucket 2 (not a look: ARGV[7] '0') runs twice, the
+		// churn between, as a hook in his walk after bucket 1 refused.
+		inBucket2 := takeIn(l, 2)
+		taking := func(cmd redis.Cmder) bool {
+			args := cmd.Args()
+			return inBucket2(cmd) && fmt.Sprint(args[len(args)-1]) == "0"
+		}
+		walks := f.On(taking).Resend().Between(churn).Times(maxWalks)
+		_, err := app.Reserve(ctx, item, order("x", buyerHomedAt(0, n, "bob")))
+		if !errors.Is(err, ErrSoldOut) || walks.Hits() != maxWalks {
+			t.Fatalf("bob after %d walks: %v, want ErrSoldOut after %d", walks.Hits(), err, maxWalks)
+		}
+		if err := admin.Cancel(ctx, item, holder.ID, holder.Buyer); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := app.Reserve(ctx, item, order("y", buyerHomedAt(0, n, "dan"))); err != nil || r.Bucket != 1 {
+			t.Fatalf("dan, once a unit is back: %+v %v, want it, not a sold-out mark", r, err)
+		}
+		mustAudit(t, app, item)
+	})
+}
+
 // shortHold is a hold that the next call or two still find held, and that
 // a test can wait out.
 const shortHold = 300 * time.Millisecond
