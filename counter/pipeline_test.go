@@ -40,6 +40,17 @@ func fillFlight(t *testing.T, ctx context.Context, rdb redis.Cmdable, f *rediste
 	})
 }
 
+// queueingClient returns a Client on b whose batches are held in flight
+// (fillFlight), so that the calls a test makes next queue, the faults
+// its client goes through, and the release of the held batches.
+func queueingClient(t *testing.T, ctx context.Context, b *redistest.Backend) (*Client, *redistest.Faults, func()) {
+	t.Helper()
+	f := redistest.NewFaults()
+	rdb := b.Client(t, f)
+	c := newClient(t, rdb)
+	return c, f, fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
+}
+
 // someLimits returns n limits of their own keys, without a window.
 func someLimits(t *testing.T, n int) []Limit {
 	var ls []Limit
@@ -241,12 +252,8 @@ func userOps(user string, n int, cap int64) []Op {
 // (On the real server only: miniredis's Lua has a limit of its own, and
 // takes seconds over this many keys.)
 func TestABatchNeverCarriesMoreKeysThanAScriptCanRead(t *testing.T) {
-	b := redistest.Open(t, redistest.Single)
 	ctx := context.Background()
-	f := redistest.NewFaults()
-	rdb := b.Client(t, f)
-	c := newClient(t, rdb)
-	release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
+	c, f, release := queueingClient(t, ctx, redistest.Open(t, redistest.Single))
 
 	const calls, counts = 3, MaxOps
 	var outs []chan takeResult
@@ -285,12 +292,8 @@ func TestAPartOfASplitBatchThatFailsFailsOnlyItsOwnCalls(t *testing.T) {
 		{"[a b] [c] [d], the first fails", [4]int{200, 200, 900, 900}, [4]bool{true, true, false, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := redistest.Open(t, redistest.Single)
 			ctx := context.Background()
-			f := redistest.NewFaults()
-			rdb := b.Client(t, f)
-			c := newClient(t, rdb)
-			release := fillFlight(t, ctx, rdb, f, c, someLimits(t, script.PipelinesInFlight))
+			c, f, release := queueingClient(t, ctx, redistest.Open(t, redistest.Single))
 			key := redistest.Key(t)
 			var calls [][]Op
 			for i, n := range tc.sizes {
