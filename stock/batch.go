@@ -82,7 +82,7 @@ func (c *Counter) reserveHome(ctx context.Context, l *layout, h int, o Order) ([
 	res, err := b.Do(ctx, o, b.send)
 	switch {
 	case errors.Is(err, coalesce.ErrOutcomeUnknown):
-		return res, fmt.Errorf("stock: order %q: %w (it may have been reserved: retry it with the same id to learn)", o.ID, ctx.Err())
+		return res, mayBeReserved(o, ctx.Err())
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return res, fmt.Errorf("stock: order %q: %w", o.ID, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surgekit/surge/internal/redistest"
+	"github.com/surgekit/surge/internal/script"
 )
 
 // The tests here follow an order whose buyer's home bucket is empty, so
@@ -817,6 +818,100 @@ func TestTheHomesLastLookGetsBackManyExpiredHolds(t *testing.T) {
 		pause.Release()
 		if got := <-done; got.err != nil || got.r.Bucket != 0 {
 			t.Fatalf("an order of %d units beside %d expired holds in its home: %+v %v; levels %+v", units, units, got.r, got.err, mustAudit(t, c, item).Levels)
+		}
+	})
+}
+
+// A bucketed Reserve whose caller gives up after its take or its settle
+// ran (the reply held back) holds the unit for the order: its error must
+// say the outcome is unknown, as a lone reservation's does, and wrap the
+// context's; the retry finds the hold.
+func TestAReserveThatGivesUpAfterAClaimStepRanSaysTheOutcomeIsUnknown(t *testing.T) {
+	for _, step := range []*script.Script{takeScript, settleScript} {
+		redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+			f := redistest.NewFaults()
+			rdb := b.Client(t, f)
+			c := newCounter(t, rdb)
+			item, alice := claimItem(t, c)
+			if err := rdb.ScriptLoad(context.Background(), step.Source()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			held := f.On(redistest.Script(step.Hash())).HoldReply().Times(1)
+			t.Cleanup(held.Release)
+			ctx, cancel := context.WithCancel(context.Background())
+			a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Hour}
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.Reserve(ctx, item, a1)
+				done <- err
+			}()
+			redistest.WaitFor(t, 10*time.Second, "the step to have run", func() bool { return held.Hits() == 1 })
+			cancel()
+			err := <-done
+			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "may have been reserved") {
+				t.Fatalf("Reserve that gave up: %v, want context.Canceled and an unknown outcome", err)
+			}
+			if r, err := c.Reserve(context.Background(), item, a1); err != nil || r.State != Held || r.Bucket != 0 {
+				t.Fatalf("the retry: %+v %v, want the hold in bucket 0", r, err)
+			}
+			wantLevels(t, c, item, Levels{Total: 1, Held: 1})
+		})
+	}
+}
+
+// alice's unit is held in bucket 0, her home is bucket 1. Confirm sells
+// it in bucket 0 and its news never reaches the home (the mirror call
+// fails; a crash between the two scripts does the same). Once the hold's
+// deadline has passed, a retry is answered from the home's record, which
+// still says held: the retry must ask bucket 0, and say sold.
+func TestARetryOfAnOrderSoldElsewhereWhoseNewsIsLateSaysSold(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: shortHold}
+		r, err := c.Reserve(ctx, item, a1)
+		if err != nil || r.Bucket != 0 {
+			t.Fatalf("alice: %+v %v, want her unit held in bucket 0", r, err)
+		}
+		f.On(redistest.Script(mirrorScript.Hash())).Fail(errDied).Times(1)
+		if err := c.Confirm(ctx, item, "a1", alice); !errors.Is(err, errDied) {
+			t.Fatalf("Confirm: %v, want it sold in bucket 0 and the news to the home lost", err)
+		}
+		waitPast(t, rdb, r.Deadline)
+		again, err := c.Reserve(ctx, item, a1)
+		if err != nil || again.State != Sold || again.Bucket != 0 || !again.Replayed {
+			t.Fatalf("retry of the sold order: %+v %v, want it replayed as sold in bucket 0", again, err)
+		}
+		wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
+	})
+}
+
+// A resumed reservation finds the hold its first attempt took in bucket
+// 0 and is delayed before settling; another retry settles the claim onto
+// that hold, and the hold's deadline passes. The late settle must not
+// report the order held: the hold has ended.
+func TestALateSettleOntoAnotherCallsHoldThatRanOutIsNotReportedHeld(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f, rdb, c, item, _, a1 := crashBeforeSettle(t, b)
+		paused := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
+		late := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, a1)
+			late <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 5*time.Second, "the resumer to reach settle", func() bool { return paused.Hits() == 1 })
+		won, err := newCounter(t, b.Client(t)).Reserve(ctx, item, a1)
+		if err != nil || won.Bucket != 0 || won.State != Held {
+			t.Fatalf("the other retry: %+v %v, want it held in bucket 0", won, err)
+		}
+		waitPast(t, rdb, won.Deadline)
+		paused.Release()
+		if o := <-late; !errors.Is(o.err, ErrReturned) {
+			t.Fatalf("the late settle, after the deadline: %+v %v, want ErrReturned", o.r, o.err)
 		}
 	})
 }

@@ -165,7 +165,10 @@
 // the news, only delay it (until then the buyer's count stays high, never
 // low). News for an order whose claim is still open stays in the outbox
 // until the claim is settled or ends. The home heeds only the bucket it
-// recorded as holding the units.
+// recorded as holding the units. Until the news arrives the home's record
+// is behind, so a retry of an order the home records as held in another
+// bucket asks that bucket how it stands (one more round trip): held, sold,
+// or returned once its hold has run out, swept or not.
 //
 // With buckets, the units of one order come from one bucket: an order for
 // q units is refused when no single bucket has q, even if several together

@@ -170,6 +170,13 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 		return r, nil
 	case codeReplayed:
 		r.Deadline, r.Bucket, r.State, r.Replayed = msTime(res[1]), int(res[2]), State(res[3]), true
+		if r.State == Held && r.Bucket != h && r.Bucket >= 0 {
+			state, deadline, err := c.standing(ctx, item, l, h, r.Bucket, o, res[1])
+			if err != nil {
+				return Reservation{}, err
+			}
+			r.State, r.Deadline = state, msTime(deadline)
+		}
 		return r, nil
 	case codeEmpty:
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
@@ -201,7 +208,7 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 	if resumed {
 		k, res, err := c.lookElsewhere(ctx, item, l, h, o, deadline)
 		if err != nil {
-			return Reservation{}, err
+			return Reservation{}, mayBeReserved(o, err)
 		}
 		if res != nil {
 			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
@@ -214,8 +221,8 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 		res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, false))
 		if err != nil {
 			// The claim ends at its deadline; a hold taken by a lost reply
-			// ends with it.
-			return Reservation{}, err
+			// ends with it, unless a retry settles onto it first.
+			return Reservation{}, mayBeReserved(o, err)
 		}
 		if res[0] != codeEmpty {
 			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
@@ -235,7 +242,9 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 	refilled, verr := c.refilledSince(ctx, item, l, h, o, deadline, refused)
 	switch {
 	case verr != nil:
-		return Reservation{}, verr
+		// The home's last look may have held the units: r says whether,
+		// but the refusal cannot be answered without this check.
+		return Reservation{}, mayBeReserved(o, verr)
 	case refilled:
 		return Reservation{}, errRefilled
 	}
@@ -343,7 +352,7 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 	args := append(settleScript.Args(3, 7), l.buckets[h].keys[:]...)
 	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n, deadline))
 	if err != nil {
-		return Reservation{}, err
+		return Reservation{}, mayBeReserved(o, err)
 	}
 	r := Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: k, Replayed: resumed}
 	switch {
@@ -353,6 +362,13 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 		settled, state := int(res[1]), State(res[2])
 		if len(res) > 3 && res[3] > 0 {
 			r.Deadline = msTime(res[3]) // the hold another call settled onto
+		}
+		if state == Held && settled >= 0 {
+			st, dl, err := c.standing(ctx, item, l, h, settled, o, r.Deadline.UnixMilli())
+			if err != nil {
+				return Reservation{}, mayBeReserved(o, err)
+			}
+			state, r.Deadline = st, msTime(dl)
 		}
 		if settled == k {
 			if state == Returned {
@@ -365,7 +381,7 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 		}
 		cargs := append(cancelScript.Args(3, 6), l.buckets[k].keys[:]...)
 		if _, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n)); err != nil {
-			return Reservation{}, err
+			return Reservation{}, mayBeReserved(o, err)
 		}
 		c.clearSoldOut(item) // the units taken from k are back
 		if settled >= 0 && (state == Held || state == Sold) {
@@ -397,20 +413,54 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 	if err != nil {
 		// Not why: the settle may have run, and found the claim settled by
 		// another call or (holdAtHome) held the units here.
-		return Reservation{}, fmt.Errorf("stock: order %q: %w (it may have been reserved: retry it with the same id to learn)", o.ID, err)
+		return Reservation{}, mayBeReserved(o, err)
 	}
 	if over == holdAtHome && res[0] == codeReserved {
 		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: h, Replayed: resumed}, nil
 	}
 	if res[0] == codeClaimOver && len(res) >= 3 && res[1] >= 0 && int(res[1]) != over {
-		if state := State(res[2]); state == Held || state == Sold {
-			if len(res) > 3 && res[3] > 0 {
-				deadline = res[3] // the hold another call settled onto
+		settled, state := int(res[1]), State(res[2])
+		if len(res) > 3 && res[3] > 0 {
+			deadline = res[3] // the hold another call settled onto
+		}
+		if state == Held {
+			if state, deadline, err = c.standing(ctx, item, l, h, settled, o, deadline); err != nil {
+				return Reservation{}, mayBeReserved(o, err)
 			}
-			return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: state, Deadline: msTime(deadline), Bucket: int(res[1]), Replayed: resumed}, nil
+		}
+		if state == Held || state == Sold {
+			return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: state, Deadline: msTime(deadline), Bucket: settled, Replayed: resumed}, nil
 		}
 	}
 	return Reservation{}, why
+}
+
+// standing asks bucket k how order o, which the home bucket h records as
+// held there until deadline, stands (take.lua's look): held until a
+// deadline, sold, or returned (the hold ended, swept or not). The home's
+// record of a hold in another bucket may be behind: a Confirm or a sweep
+// there tells the home afterwards (the outbox), and the home cannot tell
+// whether the hold ran out unconfirmed. If k does not know the order as
+// o, the home's word stands.
+func (c *Counter) standing(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64) (State, int64, error) {
+	res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, true))
+	switch {
+	case err != nil:
+		return 0, 0, err
+	case res[0] == codeReplayed && len(res) >= 3:
+		return State(res[1]), res[2], nil
+	case res[0] == codeClaimOver:
+		return Returned, deadline, nil
+	}
+	return Held, deadline, nil
+}
+
+// mayBeReserved wraps err, met once o's units were claimed: the order may
+// have been reserved (a script may have run and its reply been lost, or
+// a later step was not reached), and a retry with the same id learns how
+// it stands, resuming or replaying it.
+func mayBeReserved(o Order, err error) error {
+	return fmt.Errorf("stock: order %q: %w (it may have been reserved: retry it with the same id to learn)", o.ID, err)
 }
 
 func msTime(ms int64) time.Time { return time.UnixMilli(ms) }

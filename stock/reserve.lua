@@ -16,8 +16,10 @@
 --                                 sooner (a hold never outlives its keys)
 --   {2, deadline, bucket, state}  the order was reserved before; nothing
 --                                 changed (state 1 held, 2 sold, 3 returned:
---                                 a hold past its deadline is returned,
---                                 swept or not)
+--                                 a hold here past its deadline is
+--                                 returned, swept or not; of a hold in
+--                                 another bucket, the home's record may be
+--                                 behind)
 --   {-1}                          not enough stock, and no other bucket
 --   {-2, units}                   over the per-buyer limit (units: the
 --                                 buyer's current count)
@@ -175,10 +177,12 @@ local function decide(i, r)
       reply[r], reply[r + 1], reply[r + 2], reply[r + 3] = 2, rec.deadline, rec.stock, R.STATE_CODE[R.RETURNED]
       return
     else
-      -- A hold past its deadline is as good as returned, swept or not
-      -- (Confirm would return it): a retry is told so, not "held".
+      -- A hold here past its deadline is as good as returned, swept or
+      -- not (Confirm would return it): a retry is told so, not "held".
+      -- Of a hold in another bucket this record may be behind (a Confirm
+      -- or a sweep there tells the home later): the caller asks there.
       local st = rec.st
-      if st == R.HELD and rec.deadline <= now then
+      if st == R.HELD and rec.stock == self and rec.deadline <= now then
         st = R.RETURNED
       end
       reply[r], reply[r + 1], reply[r + 2], reply[r + 3] = 2, rec.deadline, rec.stock, R.STATE_CODE[st]
