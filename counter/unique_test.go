@@ -470,6 +470,9 @@ func TestAUniqueCountIsKeptAcrossDaysWhenClocksGoBackHours(t *testing.T) {
 		for _, w := range []Window{Daily(loc), Weekly(loc), Monthly(loc)} {
 			for day := time.Date(2009, 1, 1, 12, 0, 0, 0, loc); day.Year() < 2029; day = day.AddDate(0, 0, 5) {
 				p := w.period(day)
+				if w.retention(0) != 0 {
+					t.Fatalf("%v: retention(0) = %d ms, want 0: nothing reaches back", w, w.retention(0))
+				}
 				for _, n := range []int{1, 2, 7} {
 					q := p
 					for range n {

@@ -232,6 +232,9 @@ func startOfDay(y int, m time.Month, d int, loc *time.Location) time.Time {
 // (Antarctica/Casey, 2010; Troll goes back 2 hours every October), and
 // moves back and forth cancel out over a span.
 func (w Window) retention(n int) int64 {
+	if n == 0 {
+		return 0 // no later period reaches back: nothing to allow for
+	}
 	var d time.Duration
 	switch w.kind {
 	case fixedWindow:
