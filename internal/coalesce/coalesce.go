@@ -97,6 +97,10 @@ const (
 // because its leader's context ended is sent again for the others (see
 // Detach).
 func (b *Batcher[Q, R]) Do(ctx context.Context, req Q, send Send[Q, R]) (R, error) {
+	if err := ctx.Err(); err != nil {
+		var zero R
+		return zero, err
+	}
 	for {
 		if b.TryAlone() {
 			return b.alone(ctx, req, send)
@@ -116,10 +120,11 @@ func (b *Batcher[Q, R]) Do(ctx context.Context, req Q, send Send[Q, R]) (R, erro
 				return zero, err
 			}
 		}
-		if c.state == leading && !b.lead(ctx, c, send) {
-			// The leader gave up; its detached batch goes on without it.
-			var zero R
-			return zero, errors.Join(ctx.Err(), ErrOutcomeUnknown, ErrOrphaned)
+		if c.state == leading {
+			if err := b.lead(ctx, c, send); err != nil {
+				var zero R
+				return zero, err
+			}
 		}
 		// c is finished: nothing writes its fields any more.
 		if c.retry {
@@ -146,7 +151,12 @@ func (b *Batcher[Q, R]) Queued() int {
 func (b *Batcher[Q, R]) wait(ctx context.Context, c *call[Q, R]) error {
 	select {
 	case <-c.done:
-		return nil
+		if ctx.Err() == nil {
+			return nil
+		}
+		// Its caller gave up as it was handed the lead (or its result):
+		// decide as if ctx had ended first, or a select that picked this
+		// case would send a request whose caller has left.
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
@@ -227,11 +237,18 @@ func (b *Batcher[Q, R]) alone(ctx context.Context, req Q, send Send[Q, R]) (R, e
 }
 
 // lead sends lead's request and those queued behind it, finishes every
-// call of the batch, and hands the lead on. It reports false if the
-// leader's context ended while a detached batch was in flight: the batch
-// then finishes without it, and lead's fields are not its to read.
-func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q, R]) bool {
+// call of the batch, and hands the lead on. It returns ctx's error if
+// ctx ended before the batch was sent (nothing is: the next in line
+// leads), and an error wrapping ErrOrphaned if it ended while a detached
+// batch was in flight: the batch then finishes without the leader, and
+// lead's fields are not its to read.
+func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q, R]) error {
 	b.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		b.handOver()
+		b.mu.Unlock()
+		return err
+	}
 	n := min(len(b.queue), b.MaxBatch-1)
 	batch := make([]*call[Q, R], 0, 1+n)
 	batch = append(append(batch, lead), b.queue[:n]...)
@@ -253,7 +270,7 @@ func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q,
 	if !b.Detach || len(batch) == 1 || ctx.Done() == nil {
 		res, err := send(ctx, reqs)
 		b.finish(ctx, batch, res, err, false)
-		return true
+		return nil
 	}
 	landed := make(chan struct{})
 	go func() {
@@ -263,16 +280,16 @@ func (b *Batcher[Q, R]) lead(ctx context.Context, lead *call[Q, R], send Send[Q,
 	}()
 	select {
 	case <-landed:
-		return true
+		return nil
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if lead.state == finished {
-		return true // it landed as the leader left: its result is in
+		return nil // it landed as the leader left: its result is in
 	}
 	lead.orphaned = true
-	return false
+	return errors.Join(ctx.Err(), ErrOutcomeUnknown, ErrOrphaned)
 }
 
 // finish hands out the results of batch, whose first call is its leader,

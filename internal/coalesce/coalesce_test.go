@@ -81,6 +81,19 @@ func TestALoneCallGoesAtOnce(t *testing.T) {
 	}
 }
 
+func TestACallWhoseContextHasEndedIsNeverSent(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 2, MaxBatch: 8, Detach: true}
+	g := newGate()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.Do(ctx, 7, g.send); !errors.Is(err, context.Canceled) || errors.Is(err, ErrOutcomeUnknown) || len(g.batches) != 0 {
+		t.Fatalf("%v, batches %v: want context.Canceled and nothing sent", err, g.batches)
+	}
+	if !b.TryAlone() {
+		t.Fatal("the call kept a place in flight")
+	}
+}
+
 func TestCallsBehindAFullFlightGoTogether(t *testing.T) {
 	b, g, out := heldFirst(4)
 	ctx := context.Background()
@@ -125,6 +138,63 @@ func TestACallThatGivesUpInTheQueueIsNeverSent(t *testing.T) {
 	}
 	if got := fmt.Sprint(g.batches); got != "[[0] [2]]" {
 		t.Fatalf("batches %s, want [[0] [2]]", got)
+	}
+}
+
+// doneGate is a context whose first Done call waits for open: a caller
+// queued with it is held just before its wait's select, so that a test
+// can hand it the lead and end it first, leaving the select both cases.
+type doneGate struct {
+	context.Context
+	once    sync.Once
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *doneGate) Done() <-chan struct{} {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.open
+	})
+	return g.Context.Done()
+}
+
+func TestACallHandedTheLeadAsItGivesUpIsNeverSent(t *testing.T) {
+	// Call 1 queues behind the held call 0, call 2 behind it. Batch 0
+	// lands and hands call 1 the lead just as its caller gives up: its
+	// select finds both cases ready and may pick either. Whichever it
+	// picks, call 1 is never sent and call 2 leads instead, detached or
+	// not.
+	for _, detach := range []bool{false, true} {
+		for round := range 20 {
+			b, g, out := heldFirst(8)
+			b.Detach = detach
+			quit, cancel := context.WithCancel(context.Background())
+			gated := &doneGate{Context: quit, entered: make(chan struct{}), open: make(chan struct{})}
+			start(b, g, gated, 1, out)
+			<-gated.entered
+			start(b, g, context.Background(), 2, out)
+			waitQueued(t, b, 2)
+			g.release <- struct{}{} // batch 0 lands: call 1 leads
+			waitQueued(t, b, 1)
+			cancel()
+			close(gated.open)
+			g.release <- struct{}{}
+			byReq := map[int]result{}
+			for range 3 {
+				r := <-out
+				byReq[r.req] = r
+			}
+			if r := byReq[1]; !errors.Is(r.err, context.Canceled) || errors.Is(r.err, ErrOutcomeUnknown) {
+				t.Fatalf("detach %v, round %d: the call that gave up: %+v, want context.Canceled, never sent", detach, round, r)
+			}
+			if r := byReq[2]; r.err != nil || r.res != "r2" {
+				t.Fatalf("detach %v, round %d: call 2: %+v", detach, round, r)
+			}
+			if got := fmt.Sprint(g.batches); got != "[[0] [2]]" {
+				t.Fatalf("detach %v, round %d: batches %s, want [[0] [2]]", detach, round, got)
+			}
+		}
 	}
 }
 
