@@ -120,7 +120,7 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 	r, err := c.reserveRouted(ctx, item, o)
 	// A refusal after maxWalks walks saw units come back each time: it
 	// marks nothing, or the units would hide for the whole TTL.
-	c.answeredSoldOut(item, gen, asked, o.Quantity, errors.Is(err, ErrSoldOut) && !errors.Is(err, errRefilled))
+	c.answeredSoldOut(item, gen, asked, o.Quantity, errors.Is(err, ErrSoldOut) && !errors.Is(err, errRefilled), err == nil && !r.Replayed)
 	return r, err
 }
 

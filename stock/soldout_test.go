@@ -249,6 +249,38 @@ func TestASoldOutAnsweredAfterUnitsCameBackOnEveryWalkMarksNothing(t *testing.T)
 	})
 }
 
+func TestAReservationThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
+	// Three units, three holds: an order of two is refused and marks the
+	// item for orders of two or more. The holds run out; an order of one,
+	// which the mark lets through, returns them on its way. The next order
+	// of two must find the two units left, not the mark.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		item := newItem(t, c, Item{Total: 3})
+		var last Reservation
+		for _, id := range []string{"a", "b", "c"} {
+			r, err := c.Reserve(ctx, item, Order{ID: id, Buyer: id, Quantity: 1, Hold: shortHold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r
+		}
+		two := func(id string) Order { return Order{ID: id, Buyer: id, Quantity: 2, Hold: time.Minute} }
+		if _, err := c.Reserve(ctx, item, two("d")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("an order of two while all three are held: %v, want ErrSoldOut", err)
+		}
+		waitPast(t, rdb, last.Deadline)
+		if _, err := c.Reserve(ctx, item, order("e", "e")); err != nil {
+			t.Fatalf("an order of one after the holds ran out: %v", err)
+		}
+		if r, err := c.Reserve(ctx, item, two("f")); err != nil || r.State != Held {
+			t.Fatalf("an order of two with two units back: %+v %v, want them, not the mark", r, err)
+		}
+	})
+}
+
 // shortHold is a hold that the next call or two still find held, and that
 // a test can wait out.
 const shortHold = 300 * time.Millisecond
@@ -397,7 +429,7 @@ func TestTheSoldOutCacheDropsMarksThatRanOutAsItGrows(t *testing.T) {
 		if refused {
 			t.Fatalf("%s refused before it was marked", item)
 		}
-		c.answeredSoldOut(item, gen, time.Now(), 1, true)
+		c.answeredSoldOut(item, gen, time.Now(), 1, true, false)
 	}
 	const items = 3 * soldOutSweep
 	for _, tc := range []struct {
@@ -466,8 +498,8 @@ func TestARefusalWhoseMarkRanOutKeepsAFresherMark(t *testing.T) {
 	slowAsked := time.Now()
 	redistest.WaitFor(t, 5*time.Second, "twice the TTL to pass", func() bool { return time.Since(slowAsked) > 2*ttl })
 	gen, _ := c.askSoldOut(item, 1) // b asks and is refused at once
-	c.answeredSoldOut(item, gen, time.Now(), 1, true)
-	c.answeredSoldOut(item, slowGen, slowAsked, 1, true) // a's refusal lands
+	c.answeredSoldOut(item, gen, time.Now(), 1, true, false)
+	c.answeredSoldOut(item, slowGen, slowAsked, 1, true, false) // a's refusal lands
 	if _, refused := c.askSoldOut(item, 1); !refused {
 		t.Fatal("b's mark was replaced by a's, which had run out")
 	}
