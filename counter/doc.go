@@ -33,9 +33,9 @@
 //
 // so a period's count cannot be reset by an expiry at its boundary: at
 // midnight, the next call simply counts under the next day's key. The
-// expiry only cleans up: it falls after the period's end plus a margin
-// (five minutes, or the period's length if shorter) well above the clock
-// skew between Redis servers, plus a jitter of up to an hour taken from the
+// expiry only cleans up: it falls after the period's end plus a margin of
+// five minutes, well above the clock skew between Redis servers (for a
+// period shorter than that, the period's own length), plus a jitter of up to an hour taken from the
 // key's hash, so that a million users' keys do not expire in the same
 // second. A count is created with its expiry in one SET ... PXAT, and
 // every later count sets the expiry again (PEXPIREAT), so a key that
@@ -214,6 +214,6 @@
 // made may not show yet.
 //
 // A Client is safe for concurrent use. Every method takes a context first;
-// a call its context ends returns an error that wraps ctx.Err(). Bad
-// arguments wrap ErrInvalid and never reach Redis.
+// a call that fails because its context ended returns an error that wraps
+// ctx.Err(). Bad arguments wrap ErrInvalid and never reach Redis.
 package counter

@@ -11,8 +11,8 @@ import (
 var (
 	// ErrInvalid is wrapped by every error about a bad argument: an empty
 	// key, a negative cap, a count below 1, a window without a time zone,
-	// keys of one call in different cluster slots. Such calls never reach
-	// Redis.
+	// keys of one Take call without a common hash tag. Such calls never
+	// reach Redis.
 	ErrInvalid = errors.New("counter: invalid argument")
 
 	// ErrConflict is returned by CompareAndSet and CompareAndDelete when

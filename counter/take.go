@@ -17,8 +17,8 @@ const MaxValue = 1<<53 - 1
 // Limit is a capped count: what is counted (Key), the most it may reach
 // (Cap), and when it starts again (Window).
 type Limit struct {
-	// Key names the count. The counts of one Take call must live in one
-	// Redis Cluster slot: give their keys a common hash tag, such as
+	// Key names the count. The counts of one Take call must share a hash
+	// tag, which puts them in one Redis Cluster slot: such as
 	// "{user:42}:draws" and "{user:42}:wins". A key without a tag becomes
 	// its own.
 	Key string

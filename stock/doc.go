@@ -14,7 +14,9 @@
 //	case errors.Is(err, stock.ErrSoldOut), errors.Is(err, stock.ErrBuyerLimit):
 //		// tell the buyer
 //	case err != nil:
-//		// Redis unreachable: retry with the same order ID, it cannot deduct twice
+//		// ErrOrderConflict, ErrReturned, ErrUnknownItem and ErrInvalid are
+//		// final; otherwise Redis was unreachable or the reply was lost:
+//		// retry with the same order ID, it cannot deduct twice
 //	}
 //	...
 //	err = counter.Confirm(ctx, "moutai-53", orderID, userID) // paid
@@ -22,10 +24,10 @@
 //
 // Run Sweep every second or so (from any number of processes) to return
 // holds whose time ran out; Reserve and Confirm also return the expired
-// holds they come across (Reserve, in the buyer's home bucket, when an
-// order does not fit its stock or the buyer's limit; a buyer's hold that
-// ran out in another bucket counts against the limit until Sweep returns
-// it there).
+// holds they come across (Reserve, in any bucket it asks, when an order
+// does not fit there; a buyer's hold that ran out in another bucket than
+// the buyer's home counts against the limit until a Sweep, Confirm or
+// Cancel there tells the home).
 //
 // # Why every step is one script
 //
@@ -142,13 +144,13 @@
 // or drops the claim: Reserve answers ErrSoldOut only after every bucket
 // refused, the home last, and once it has asked the others again (in one
 // pipeline) whether they got units back since they refused (each bucket
-// counts the returns and restocks it takes). So a sold-out answer means that
-// at one moment, the home's last look, no bucket had the units; if one got
-// some back, the walk starts again, three walks at most (the third's
-// refusal, which no moment was seen to hold, marks nothing in the sold-out
-// cache). A retry that finds
-// the claim still open (the first call is at work, or died mid-way) resumes
-// it. It first asks every other bucket whether it holds the order already
+// counts the returns and restocks it takes). If one got some back, the
+// walk starts again, three walks at most. So a sold-out answer means that
+// at one moment, the home's last look, no bucket had the units, except
+// after a third walk that saw units come back again: that answer is given
+// anyway, so that a churning item cannot keep a buyer walking, and marks
+// nothing in the sold-out cache. A retry that finds the claim still open
+// (the first call is at work, or died mid-way) resumes it. It first asks every other bucket whether it holds the order already
 // (the first call may have taken the units and lost the reply), all in one
 // pipeline, and settles onto such a hold; only then does it ask for units.
 // The first settle wins, and a call that loses gives back what it took. If
@@ -200,12 +202,25 @@
 // Redis replication is asynchronous. If the primary fails over, the new
 // primary may lack the last writes: acknowledged reservations can vanish
 // and their units be sold again. Keep the database of record (the orders
-// table) authoritative and reconcile after a failover: for each order the
-// database has as paid or pending, Reserve it again with its original id
-// (a replay if Redis still has it, a fresh hold if not), Confirm the paid
-// ones, and Cancel holds Redis has that the database does not; then Audit.
-// Units sold twice during the window are visible as Confirm calls the
-// database never recorded.
+// table) authoritative and reconcile after a failover:
+//
+//   - Compare Levels.Total with the units the database put on sale, and
+//     Restock the difference (a lost Restock; Create the item again if
+//     Redis lost it).
+//   - For each order the database has as paid, Reserve it again with its
+//     original id, buyer and quantity (a replay if Redis still has it, a
+//     fresh hold if not) and Confirm it. If Reserve replays it as
+//     Returned, or Confirm answers ErrReturned, its Confirm was lost and
+//     its hold ran out: the unit went back to stock, so Reserve and Confirm
+//     one under a new id. If Reserve refuses it (ErrSoldOut, ErrBuyerLimit),
+//     its unit was sold again during the window: that is the oversell to
+//     settle with the buyer.
+//   - For each order the database has as pending, Reserve it again with
+//     its original id, or Cancel it.
+//   - Holds that Redis has and the database does not (reservations whose
+//     reply never reached the database) cannot be listed: they end at
+//     their deadline (Sweep); Cancel those whose ids you know.
+//   - Audit.
 //
 // The Counter is safe for concurrent use. Item names must not be empty,
 // start with '}', contain '{' or '}', or end like a bucket tag (#k.s).

@@ -30,7 +30,10 @@ var (
 
 	// ErrReturned is returned by Confirm when the hold was already returned
 	// to stock, by Cancel or because its deadline passed: the order must
-	// not be fulfilled (refund it).
+	// not be fulfilled (refund it). Reserve returns it, with buckets, when
+	// the order's claim or the hold it found ended while it was being
+	// reserved: a retry replays the order as Returned; reserve under a new
+	// id to try again.
 	ErrReturned = errors.New("stock: hold already returned")
 
 	// ErrSold is returned by Cancel when the order was already confirmed.

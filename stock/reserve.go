@@ -62,7 +62,8 @@ type Reservation struct {
 	State State
 	// Deadline is when the hold ends unless confirmed, by Redis's clock.
 	Deadline time.Time
-	// Bucket is the index of the bucket holding the units.
+	// Bucket is the index of the bucket holding the units (-1 for an
+	// order whose claim ended before any bucket held it).
 	Bucket int
 	// Replayed is true when the order had been reserved, or its
 	// reservation begun, by an earlier call (or by an earlier attempt of
@@ -98,8 +99,10 @@ func checkOrder(item string, o Order) error {
 // checked, the units are deducted and the hold recorded.
 //
 // It returns ErrSoldOut when no bucket has the units, ErrBuyerLimit when
-// the buyer would exceed the per-buyer limit, and ErrOrderConflict when the
-// order id was used for another buyer or quantity. A retry of an order
+// the buyer would exceed the per-buyer limit, ErrOrderConflict when the
+// order id was used for another buyer or quantity, and (with buckets)
+// ErrReturned when the order's claim or hold ended while it was being
+// reserved. A retry of an order
 // that was reserved returns its Reservation with Replayed set and deducts
 // nothing; a retry of one whose reservation failed half-way (with buckets)
 // finishes it.
