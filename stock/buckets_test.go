@@ -517,3 +517,64 @@ func TestConcurrentCreatesReportOneCreatorAndSplitItsTotal(t *testing.T) {
 		}
 	})
 }
+
+// Levels, Audit and Sweep walk the buckets of the layout they learned.
+// If the item is deleted and created again with another number of
+// buckets while a walk is under way, the walk must start again on the new
+// layout: not count bucket 0 twice, nor call the item unknown because a
+// bucket it no longer has is gone.
+func TestAWalkOverTheBucketsFollowsAnItemCreatedAgainMeanwhile(t *testing.T) {
+	for _, again := range []int{3, 1} {
+		redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+			ctx := context.Background()
+			f := redistest.NewFaults()
+			c := newCounter(t, b.Client(t, f))
+			admin := newCounter(t, b.Client(t))
+			item := newItem(t, admin, Item{Total: 10, Buckets: 2})
+			bucket1 := c.layoutFor(item, 2).buckets[1].keys[0].(string)
+			walks := []struct {
+				name string
+				walk func() (Levels, error)
+			}{
+				{"Levels", func() (Levels, error) { return c.Levels(ctx, item) }},
+				{"Audit", func() (Levels, error) { a, err := c.Audit(ctx, item); return a.Levels, err }},
+				{"Sweep", func() (Levels, error) {
+					if _, err := c.Sweep(ctx, item, 10); err != nil {
+						return Levels{}, err
+					}
+					return c.Levels(ctx, item)
+				}},
+			}
+			total := int64(10)
+			for _, w := range walks {
+				paused := f.On(redistest.HasArg(bucket1)).Hold().Times(1)
+				got := make(chan error, 1)
+				var lv Levels
+				go func() {
+					var err error
+					lv, err = w.walk()
+					got <- err
+				}()
+				redistest.WaitFor(t, 10*time.Second, w.name+" to reach bucket 1", func() bool { return paused.Hits() == 1 })
+				if err := admin.Delete(ctx, item); err != nil {
+					t.Fatal(err)
+				}
+				total++
+				if _, err := admin.Create(ctx, item, Item{Total: total, Buckets: again}); err != nil {
+					t.Fatal(err)
+				}
+				paused.Release()
+				if err := <-got; err != nil || lv.Total != total {
+					t.Fatalf("%s, the item created again with %d buckets meanwhile: %+v %v, want the new item's total %d", w.name, again, lv, err, total)
+				}
+				// The next walk pauses at bucket 1 of the layout it learns.
+				if err := admin.Delete(ctx, item); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := admin.Create(ctx, item, Item{Total: total, Buckets: 2}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

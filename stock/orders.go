@@ -179,8 +179,7 @@ func (c *Counter) Sweep(ctx context.Context, item string, max int) (int64, error
 			c.forget(item)
 			return errReroute
 		case first == codeUnknownItem:
-			c.forget(item)
-			return fmt.Errorf("%w: %q", ErrUnknownItem, item)
+			return c.unknownBucket(item, b)
 		case len(res) < 2:
 			return fmt.Errorf("stock: sweep %q: unexpected reply %v", item, res)
 		}

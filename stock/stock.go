@@ -225,6 +225,9 @@ type Levels struct {
 func (c *Counter) Levels(ctx context.Context, item string) (Levels, error) {
 	var sum Levels
 	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
+		if b.index == 0 {
+			sum = Levels{} // a walk routed again starts afresh
+		}
 		cmd := redis.NewSliceCmd(ctx, "hmget", b.keys[0], "n", "total", "available", "held", "sold")
 		if err := c.rdb.Process(ctx, cmd); err != nil {
 			return fmt.Errorf("stock: levels %q: %w", item, err)
@@ -233,7 +236,7 @@ func (c *Counter) Levels(ctx context.Context, item string) (Levels, error) {
 		for i, x := range cmd.Val() {
 			s, ok := x.(string)
 			if !ok {
-				return fmt.Errorf("%w: %q (bucket %d)", ErrUnknownItem, item, b.index)
+				return c.unknownBucket(item, b)
 			}
 			n, err := strconv.ParseInt(s, 10, 64)
 			if err != nil || i >= len(v) {
@@ -291,13 +294,16 @@ type Bucket struct {
 func (c *Counter) Audit(ctx context.Context, item string) (Audit, error) {
 	var a Audit
 	err := c.eachBucket(ctx, item, func(l *layout, b bucket) error {
+		if b.index == 0 {
+			a = Audit{} // a walk routed again starts afresh
+		}
 		args := append(auditScript.ArgsRO(3, 3), b.keys[:]...)
 		res, err := auditScript.Ints(ctx, c.rdb, args)
 		if err != nil {
 			return fmt.Errorf("stock: audit %q: %w", item, err)
 		}
 		if len(res) == 1 && res[0] == codeUnknownItem {
-			return fmt.Errorf("%w: %q (bucket %d)", ErrUnknownItem, item, b.index)
+			return c.unknownBucket(item, b)
 		}
 		if len(res) != 11 {
 			return fmt.Errorf("stock: audit %q: unexpected reply %v", item, res)
@@ -388,6 +394,19 @@ func (c *Counter) eachBucket(ctx context.Context, item string, f func(*layout, b
 		}
 	}
 	return fmt.Errorf("stock: %q: the item's buckets keep changing", item)
+}
+
+// unknownBucket is the error for bucket b of item found missing by a walk
+// over the buckets (eachBucket): only bucket 0 can tell that the item does
+// not exist. Another may be one the item no longer has (it was deleted and
+// created again with fewer buckets since the walk learned its layout), so
+// the walk routes again, as checkReply does.
+func (c *Counter) unknownBucket(item string, b bucket) error {
+	c.forget(item)
+	if b.index > 0 {
+		return errReroute
+	}
+	return fmt.Errorf("%w: %q", ErrUnknownItem, item)
 }
 
 // learn returns the item's layout, asking bucket 0, on the primary, for
