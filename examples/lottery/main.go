@@ -78,8 +78,33 @@ type result struct {
 	name    string
 	days    map[string]int // draws granted, by the day they counted in
 	order   []string       // the days, in order
+	granted int            // draws granted in all, whatever day they name
 	wins    int
+	stored  int // surge: the wins Redis counted, read back after the burst
 	elapsed time.Duration
+}
+
+// exceeded reports how a surge result went past the limits, not only by
+// its own account of days and wins: no more draws granted than two days
+// allow, every one on the burst's two days, and the wins Redis counted the
+// wins the draws reported.
+func (r result) exceeded() error {
+	var errs []error
+	if r.overDraws() > 0 || r.overWins() > 0 {
+		errs = append(errs, fmt.Errorf("%d extra draws, %d extra wins", r.overDraws(), r.overWins()))
+	}
+	if r.granted > len(r.order)*drawsPerDay {
+		errs = append(errs, fmt.Errorf("%d draws granted over %d days", r.granted, len(r.order)))
+	}
+	for d := range r.days {
+		if d != r.order[0] && d != r.order[1] {
+			errs = append(errs, fmt.Errorf("draws counted on %s, outside the burst's days", d))
+		}
+	}
+	if r.stored != r.wins {
+		errs = append(errs, fmt.Errorf("Redis counted %d wins, the draws reported %d", r.stored, r.wins))
+	}
+	return errors.Join(errs...)
 }
 
 // overDraws is by how many draws the result exceeded the daily limit,
@@ -101,19 +126,19 @@ func run(addr string, burst int, service time.Duration) error {
 	}
 	fmt.Printf("%d parallel draws straddling midnight; limits: %d draws a day, %d wins in total\n\n", burst, drawsPerDay, winsInTotal)
 	fmt.Printf("%-6s  %-24s  %5s  %11s  %10s  %8s\n", "run", "draws by day", "wins", "extra draws", "extra wins", "elapsed")
-	failed := false
+	var failed error
 	for _, r := range results {
 		days := ""
 		for _, d := range r.order {
 			days += fmt.Sprintf("%s: %d  ", d[5:], r.days[d])
 		}
 		fmt.Printf("%-6s  %-24s  %5d  %11d  %10d  %8s\n", r.name, days, r.wins, r.overDraws(), r.overWins(), r.elapsed.Round(time.Millisecond))
-		if r.name == "surge" && (r.overDraws() > 0 || r.overWins() > 0) {
-			failed = true
+		if r.name == "surge" {
+			failed = r.exceeded()
 		}
 	}
-	if failed {
-		return errors.New("surge awarded more than the limits")
+	if failed != nil {
+		return fmt.Errorf("surge awarded more than the limits: %w", failed)
 	}
 	fmt.Println("\nsurge never exceeded either limit.")
 	return nil
@@ -142,12 +167,22 @@ func attackBoth(addr string, burst int, service time.Duration) ([]result, error)
 	for _, way := range []struct {
 		name string
 		draw func(w *world, service time.Duration) drawFunc
+		// lead is how long before midnight the first half fires on a
+		// real clock: the naive code reads at once and counts after the
+		// prize service, so half of it before midnight puts the reads
+		// before and the counts after; surge decides after the service,
+		// so all of it and a margin put its decisions before midnight.
+		lead time.Duration
 	}{
-		{"naive", (*world).naive},
-		{"surge", (*world).surge},
+		{"naive", (*world).naive, service / 2},
+		{"surge", (*world).surge, service + 20*time.Millisecond},
 	} {
 		env.begin()
-		r, err := env.attack(way.name, way.name+":"+runID, burst, way.draw(env, service))
+		user := way.name + ":" + runID
+		r, err := env.attack(way.name, user, burst, way.lead, way.draw(env, service))
+		if err == nil && way.name == "surge" {
+			r.stored, err = env.surgeWins(user)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", way.name, err)
 		}
@@ -168,8 +203,12 @@ type world struct {
 	night time.Time      // the midnight the burst straddles
 	now   func() time.Time
 	begin func() // sets a midnight ahead: a second (simulated) or two
-	cross func() // brings midnight: moves the simulated clock, or waits
-	close func() error
+	// approach waits, on the real clock, until lead before midnight, when
+	// the first half of the burst fires, so that it decides before
+	// midnight. The simulated clock stands still until cross moves it.
+	approach func(lead time.Duration)
+	cross    func() // brings midnight: moves the simulated clock, or waits
+	close    func() error
 }
 
 // simulated is an embedded miniredis whose clock (TIME and key expiry) is
@@ -190,6 +229,7 @@ func simulated() (*world, error) {
 	w.rdb = redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	w.now = func() time.Time { return *clock.Load() }
 	w.begin = func() { set(w.night.Add(-time.Second)) }
+	w.approach = func(time.Duration) {}
 	w.cross = func() { set(w.night.Add(100 * time.Millisecond)) }
 	w.close = func() error { err := w.rdb.Close(); mr.Close(); return err }
 	return w, nil
@@ -209,6 +249,7 @@ func real(addr string) (*world, error) {
 		w.loc = time.FixedZone("lottery", -(night.Hour()*3600 + night.Minute()*60 + night.Second()))
 		w.night = night.In(w.loc)
 	}
+	w.approach = func(lead time.Duration) { time.Sleep(time.Until(w.night.Add(-lead))) }
 	w.cross = func() { time.Sleep(time.Until(w.night.Add(20 * time.Millisecond))) }
 	return w, nil
 }
@@ -216,10 +257,10 @@ func real(addr string) (*world, error) {
 func (w *world) day(t time.Time) string { return t.In(w.loc).Format(time.DateOnly) }
 
 // attack makes the attacker's earlier draws of the day, then fires the
-// burst: half before midnight, half after. Midnight comes once the first
-// half has decided, while the naive code's draws are still at the prize
-// service.
-func (w *world) attack(name, user string, burst int, draw drawFunc) (result, error) {
+// burst: half before midnight (lead before it, on a real clock), half
+// after. Midnight comes once the first half has decided, while the naive
+// code's draws are still at the prize service.
+func (w *world) attack(name, user string, burst int, lead time.Duration, draw drawFunc) (result, error) {
 	ctx := context.Background()
 	r := result{name: name, days: map[string]int{}, order: []string{w.day(w.night.Add(-time.Hour)), w.day(w.night)}}
 	for range drawnBefore {
@@ -231,6 +272,7 @@ func (w *world) attack(name, user string, burst int, draw drawFunc) (result, err
 			return r, errors.New("an earlier draw was refused")
 		}
 		r.days[day]++
+		r.granted++
 		if won {
 			r.wins++
 		}
@@ -256,6 +298,7 @@ func (w *world) attack(name, user string, burst int, draw drawFunc) (result, err
 					errs = append(errs, err)
 				case granted:
 					r.days[day]++
+					r.granted++
 					if won {
 						r.wins++
 					}
@@ -263,6 +306,7 @@ func (w *world) attack(name, user string, burst int, draw drawFunc) (result, err
 			}()
 		}
 	}
+	w.approach(lead)
 	if w.now().After(w.night) {
 		return r, errors.New("midnight passed before the burst: run again")
 	}
@@ -318,20 +362,37 @@ func atoi(v any) int {
 	return n
 }
 
-// surge counts with package counter.
-func (w *world) surge(service time.Duration) drawFunc {
+// surgeClient is the counter.Client of the surge run.
+func (w *world) surgeClient() *counter.Client {
 	c, err := counter.New(w.rdb, counter.WithPrefix("lottery:surge:"), counter.WithClock(w.now))
 	if err != nil {
 		panic(err) // only for a bad option, fixed at compile time here
 	}
-	daily := counter.Daily(w.loc)
+	return c
+}
+
+// surgeLimits are user's limits in the surge run: the day's draws, and the
+// wins in total. "In total" means for the campaign: every key is born with
+// an expiry, so the count of wins lives as long as the campaign (here a
+// month from the first win) and would start again after.
+func surgeLimits(user string, daily counter.Window) (draws, wins counter.Limit) {
+	tag := "{" + user + "}"
+	return counter.Limit{Key: tag + ":draws", Cap: drawsPerDay, Window: daily},
+		counter.Limit{Key: tag + ":wins", Cap: winsInTotal, TTL: campaign}
+}
+
+// surgeWins reads back the wins Redis counted for user in the surge run.
+func (w *world) surgeWins(user string) (int, error) {
+	_, wins := surgeLimits(user, counter.Daily(w.loc))
+	got, err := w.surgeClient().Get(context.Background(), wins)
+	return int(got.Value), err
+}
+
+// surge counts with package counter.
+func (w *world) surge(service time.Duration) drawFunc {
+	c, daily := w.surgeClient(), counter.Daily(w.loc)
 	return func(ctx context.Context, user string, decided func()) (bool, bool, string, error) {
-		tag := "{" + user + "}"
-		draws := counter.Limit{Key: tag + ":draws", Cap: drawsPerDay, Window: daily}
-		// "In total" means for the campaign: every key is born with an
-		// expiry, so the count of wins lives as long as the campaign
-		// (here a month from the first win) and would start again after.
-		wins := counter.Limit{Key: tag + ":wins", Cap: winsInTotal, TTL: campaign}
+		draws, wins := surgeLimits(user, daily)
 		time.Sleep(service) // the prize service draws the ticket: it wins
 		out, err := c.Take(ctx,
 			counter.Op{Limit: draws, N: 1},

@@ -343,6 +343,12 @@ func runStock(rdb *redis.Client, prefix string, cfg config) (sale, error) {
 	if !audit.OK() {
 		return sale{}, fmt.Errorf("the audit failed: %v", audit.Problems)
 	}
+	// The buyers' own account must match Redis's: every order Reserve
+	// said got a bottle was confirmed, so the orders the buyers hold and
+	// the units Redis sold are the same number.
+	if orders := book.orders(); orders != audit.Sold || audit.Held != 0 {
+		return sale{}, fmt.Errorf("buyers hold %d orders, the audit counts %d sold and %d held", orders, audit.Sold, audit.Held)
+	}
 	s := sale{name: "surge stock", sold: audit.Sold, oversold: max(audit.Sold-int64(cfg.bottles), 0), duplicates: book.duplicates(), elapsed: elapsed}
 	s.note = fmt.Sprintf("one script checks and deducts, so no lock is needed; %d retried orders were replayed without a deduction; the audit balances (%d held, %d available)",
 		replayed.Load(), audit.Held, audit.Available)
@@ -642,6 +648,13 @@ func (l *ledger) deduct(id string) {
 		l.n = map[string]int64{}
 	}
 	l.n[id]++
+}
+
+// orders counts the orders deducted at least once.
+func (l *ledger) orders() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int64(len(l.n))
 }
 
 // duplicates counts the deductions beyond the first of each order.
