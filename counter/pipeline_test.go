@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,5 +329,122 @@ func TestAPartOfASplitBatchThatFailsFailsOnlyItsOwnCalls(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// migratingSlot marks the slot of key as migrating from its master to
+// another (MIGRATING on the source, IMPORTING on the target), as
+// redis-cli --cluster reshard does before it moves the keys, and puts it
+// back to STABLE when the test ends. It returns the source's address.
+func migratingSlot(t *testing.T, cc *redis.ClusterClient, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	src, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	var mu sync.Mutex
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		id, err := n.Do(ctx, "cluster", "myid").Text()
+		mu.Lock()
+		defer mu.Unlock()
+		ids[n.Options().Addr] = id
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srcAddr, dstAddr := src.Options().Addr, ""
+	for a := range ids {
+		if a != srcAddr {
+			dstAddr = a
+		}
+	}
+	admin := func(addr string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	source, target, slot := admin(srcAddr), admin(dstAddr), hashtag.Slot(key)
+	t.Cleanup(func() {
+		_ = target.Do(ctx, "cluster", "setslot", slot, "stable").Err()
+		_ = source.Do(ctx, "cluster", "setslot", slot, "stable").Err()
+	})
+	if err := target.Do(ctx, "cluster", "setslot", slot, "importing", ids[srcAddr]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := source.Do(ctx, "cluster", "setslot", slot, "migrating", ids[dstAddr]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return srcAddr
+}
+
+// While a slot migrates, a Take of two counts in it, one of whose keys
+// is still on the source and one not, meets TRYAGAIN. When it leads a
+// node's pipeline, go-redis would send the node's whole pipeline again:
+// the other Take in it, on a key in a stable slot, counted, would count
+// again up to MaxRedirects times, with no reply lost.
+func TestATakeThatMeetsTryAgainInAClusterPipelineCountsNoOtherTwice(t *testing.T) {
+	b := redistest.Open(t, redistest.ClusterB)
+	ctx := context.Background()
+	f := redistest.NewFaults()
+	rdb := b.Client(t, f)
+	cc := rdb.(*redis.ClusterClient)
+	c := newClient(t, rdb)
+	for _, s := range []*script.Script{takeOneScript, takeBatchScript} {
+		if err := rdb.ScriptLoad(ctx, s.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	user := "{" + redistest.Key(t) + "}"
+	draws := Limit{Key: user + ":draws", Cap: 10, TTL: time.Hour}
+	wins := Limit{Key: user + ":wins", Cap: 10, TTL: time.Hour}
+	if _, err := c.Incr(ctx, draws, 1); err != nil {
+		t.Fatal(err)
+	}
+	drawsKey := DefaultPrefix + user + ":draws"
+	src := migratingSlot(t, cc, drawsKey)
+
+	// Three more keys on the source, in stable slots: two to hold the
+	// node's places in flight, one for the other Take.
+	var others []Limit
+	for i := 0; len(others) < 3; i++ {
+		l := Limit{Key: fmt.Sprint(redistest.Key(t), ":", i), Cap: 10, TTL: time.Hour}
+		key := DefaultPrefix + "{" + l.Key + "}"
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == src && hashtag.Slot(key) != hashtag.Slot(drawsKey) {
+			others = append(others, l)
+		}
+	}
+	release := redistest.HoldEach(t, f, script.NodePipelinesInFlight, func(i int) redistest.Match {
+		return redistest.HasArg(DefaultPrefix + "{" + others[i].Key + "}")
+	}, c.pipeline.Queued, func(i int) error {
+		_, err := c.Incr(ctx, others[i], 1)
+		return err
+	})
+	// The two Takes queue behind the held places, the migrating one
+	// first: they leave in one pipeline, in that order.
+	queue := func(queued int, ops ...Op) chan takeResult {
+		out := make(chan takeResult, 1)
+		redistest.GoQueued(t, c.pipeline.Queued, queued, func() {
+			o, err := c.Take(ctx, ops...)
+			out <- takeResult{o, err}
+		})
+		return out
+	}
+	migrating := queue(1, Op{Limit: draws, N: 1}, Op{Limit: wins, N: 1})
+	other := queue(2, Op{Limit: others[2], N: 1})
+	release()
+	if r := <-migrating; r.err == nil || !strings.Contains(r.err.Error(), "TRYAGAIN") {
+		t.Fatalf("the Take in the migrating slot: %+v %v, want TRYAGAIN", r.out, r.err)
+	}
+	if r := <-other; r.err != nil || r.out.Counts[0].Value != 1 {
+		t.Fatalf("the other Take: %+v %v, want it counted once", r.out, r.err)
+	}
+	if got, err := c.Get(ctx, others[2]); err != nil || got.Value != 1 {
+		t.Fatalf("the other count: %+v %v, want 1: one Take of 1, counted once", got, err)
 	}
 }

@@ -189,6 +189,15 @@ func (p *Pipeline) sendCalls(ctx context.Context, calls []call) ([]reply, error)
 		return replies, nil
 	}
 	pipe := p.rdb.(interface{ Pipeline() redis.Pipeliner }).Pipeline()
+	if key, ok := firstKey(calls[0].args); ok && p.cluster != nil {
+		// When the first command of a node's pipeline fails with an error
+		// go-redis retries (TRYAGAIN: a script of several keys in a slot
+		// being migrated), it sends the node's whole pipeline again, up to
+		// MaxRedirects times, and every other call in it, which ran, would
+		// run again. A read of one key cannot meet TRYAGAIN (ASK and MOVED
+		// are followed command by command), so one goes first.
+		_ = pipe.Process(ctx, redis.NewIntCmd(ctx, "exists", key))
+	}
 	cmds := make([]redis.Cmder, len(calls))
 	for i, c := range calls {
 		if c.one {
