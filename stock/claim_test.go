@@ -915,3 +915,52 @@ func TestALateSettleOntoAnotherCallsHoldThatRanOutIsNotReportedHeld(t *testing.T
 		}
 	})
 }
+
+// alice's call O claims a1 and takes bucket 2's unit while her retry B
+// settles the claim onto bucket 1. O's settle learns it lost; asking
+// bucket 1 how a1 stands there fails. O's own hold in bucket 2 is not the
+// order's and must be given back all the same, first.
+func TestASettleThatLostGivesItsHoldBackEvenIfAskingTheWinnersBucketFails(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb)
+		const n = 3
+		item := newItem(t, c, Item{Total: 3, Buckets: n})
+		l := c.layoutFor(item, n)
+		if _, err := c.Reserve(ctx, item, order("f0", buyerHomedAt(0, n, "fay"))); err != nil {
+			t.Fatal(err)
+		}
+		bob := buyerHomedAt(1, n, "bob")
+		if r, err := c.Reserve(ctx, item, order("b1", bob)); err != nil || r.Bucket != 1 {
+			t.Fatalf("bob: %+v %v", r, err)
+		}
+		for _, s := range []*script.Script{takeScript, settleScript, cancelScript} {
+			if err := rdb.ScriptLoad(ctx, s.Source()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a1 := Order{ID: "a1", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Hour}
+		paused := f.On(takeIn(l, 2)).Hold().Times(1)
+		first := make(chan outcome, 1)
+		go func() {
+			r, err := c.Reserve(ctx, item, a1)
+			first <- outcome{r, err}
+		}()
+		redistest.WaitFor(t, 10*time.Second, "O's take in bucket 2 to be paused", func() bool { return paused.Hits() == 1 })
+		if err := c.Cancel(ctx, item, "b1", bob); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.Reserve(ctx, item, a1); err != nil || r.Bucket != 1 || r.State != Held {
+			t.Fatalf("B: %+v %v, want a1 held in bucket 1", r, err)
+		}
+		inBucket1 := takeIn(l, 1)
+		f.On(func(cmd redis.Cmder) bool { return inBucket1(cmd) && isLook(cmd) }).Fail(errDied).Times(1)
+		paused.Release()
+		if o := <-first; !errors.Is(o.err, errDied) {
+			t.Fatalf("O: %+v %v, want the failed look's error", o.r, o.err)
+		}
+		wantLevels(t, c, item, Levels{Total: 3, Available: 1, Held: 2})
+	})
+}

@@ -366,6 +366,15 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 		if len(res) > 3 && res[3] > 0 {
 			r.Deadline = msTime(res[3]) // the hold another call settled onto
 		}
+		if settled != k {
+			// This call's hold in k is not the order's: give it back
+			// first, whatever the order's own hold turns out to be.
+			cargs := append(cancelScript.Args(3, 6), l.buckets[k].keys[:]...)
+			if _, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n)); err != nil {
+				return Reservation{}, mayBeReserved(o, err)
+			}
+			c.clearSoldOut(item) // the units taken from k are back
+		}
 		if state == Held && settled >= 0 {
 			st, dl, err := c.standing(ctx, item, l, h, settled, o, r.Deadline.UnixMilli())
 			if err != nil {
@@ -373,24 +382,12 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 			}
 			state, r.Deadline = st, msTime(dl)
 		}
-		if settled == k {
-			if state == Returned {
-				// Another call settled the claim here, and the hold has ended
-				// since: nothing of k's is this call's to give back.
-				return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
-			}
-			r.State = state
-			return r, nil
-		}
-		cargs := append(cancelScript.Args(3, 6), l.buckets[k].keys[:]...)
-		if _, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n)); err != nil {
-			return Reservation{}, mayBeReserved(o, err)
-		}
-		c.clearSoldOut(item) // the units taken from k are back
 		if settled >= 0 && (state == Held || state == Sold) {
 			r.Bucket, r.State = settled, state
 			return r, nil
 		}
+		// Another call settled the claim (here or elsewhere), and its hold
+		// has ended since; or the claim ended unsettled.
 		return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
 	}
 	return Reservation{}, fmt.Errorf("stock: settle %q: unexpected reply %v", item, res)
