@@ -120,20 +120,22 @@ func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservatio
 	if refused {
 		return Reservation{}, fmt.Errorf("%w: %q", ErrSoldOut, item)
 	}
-	r, err := c.reserveRouted(ctx, item, o)
+	var back bool
+	r, err := c.reserveRouted(ctx, item, o, &back)
 	// A refusal after maxWalks walks saw units come back each time: it
 	// marks nothing, or the units would hide for the whole TTL.
-	c.answeredSoldOut(item, gen, asked, o.Quantity, errors.Is(err, ErrSoldOut) && !errors.Is(err, errRefilled), err == nil && !r.Replayed)
+	c.answeredSoldOut(item, gen, asked, o.Quantity, errors.Is(err, ErrSoldOut) && !errors.Is(err, errRefilled), back)
 	return r, err
 }
 
 // reserveRouted runs reserve again while the item's number of buckets
 // changes under it, or while buckets that refused the order get units
-// back before it can be answered sold out.
-func (c *Counter) reserveRouted(ctx context.Context, item string, o Order) (Reservation, error) {
+// back before it can be answered sold out. It sets *back if units may
+// have come back to stock on the way: expired holds the scripts returned.
+func (c *Counter) reserveRouted(ctx context.Context, item string, o Order, back *bool) (Reservation, error) {
 	reroutes, walks := 0, 0
 	for {
-		r, err := c.reserve(ctx, item, o)
+		r, err := c.reserve(ctx, item, o, back)
 		switch {
 		case errors.Is(err, errReroute):
 			if reroutes++; reroutes == 3 {
@@ -159,7 +161,7 @@ var errRefilled = errors.New("a bucket got units back during the walk")
 // WithSoldOutCache marks nothing for it).
 const maxWalks = 3
 
-func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservation, error) {
+func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool) (Reservation, error) {
 	l := c.layoutFor(item, c.bucketCount(item))
 	h := home(o.Buyer, l.n)
 	res, err := c.reserveHome(ctx, l, h, o)
@@ -167,6 +169,9 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 		return Reservation{}, err
 	}
 	r := Reservation{OrderID: o.ID, Quantity: o.Quantity}
+	if (res[0] == codeReserved || res[0] == codeBuyerLimit) && res[3] == 1 {
+		*back = true // reserve.lua's sweeps put units back
+	}
 	switch res[0] {
 	case codeReserved:
 		r.State, r.Deadline, r.Bucket = Held, msTime(res[1]), int(res[2])
@@ -187,14 +192,19 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order) (Reservatio
 		return Reservation{}, fmt.Errorf("%w: buyer %q has %d", ErrBuyerLimit, o.Buyer, res[1])
 	case codeOrderTaken:
 		return Reservation{}, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID)
-	case codePending:
-		// Another call claimed the units and no bucket holds them yet:
-		// it is still at work, or it failed mid-way. Resuming is safe (the
-		// other buckets know the order by its id, and the first settle
-		// wins), and spares the buyer a wait until the claim's deadline.
-		return c.reserveElsewhere(ctx, item, l, h, o, res[1], true)
-	case codeClaimed:
-		return c.reserveElsewhere(ctx, item, l, h, o, res[1], false)
+	case codePending, codeClaimed:
+		// codePending: another call claimed the units and no bucket holds
+		// them yet: it is still at work, or it failed mid-way. Resuming is
+		// safe (the other buckets know the order by its id, and the first
+		// settle wins), and spares the buyer a wait until the claim's
+		// deadline. The walk's takes and last look sweep too, and do not
+		// say whether they put units back: a reservation made on it counts
+		// as if they did.
+		r, err := c.reserveElsewhere(ctx, item, l, h, o, res[1], res[0] == codePending)
+		if err == nil && !r.Replayed {
+			*back = true
+		}
+		return r, err
 	}
 	return Reservation{}, fmt.Errorf("stock: reserve %q: unexpected reply %v", item, res)
 }

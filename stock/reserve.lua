@@ -10,7 +10,7 @@
 -- milliseconds (> 0)
 --
 -- Reply: four integers per order, in the orders' order, zero-padded:
---   {1, deadline, bucket}         reserved: the units are held in this bucket
+--   {1, deadline, bucket, swept}  reserved: the units are held in this bucket
 --                                 until deadline (ms, Redis clock): the hold's
 --                                 end, or the item's expiry if that is
 --                                 sooner (a hold never outlives its keys)
@@ -21,8 +21,10 @@
 --                                 another bucket, the home's record may be
 --                                 behind)
 --   {-1}                          not enough stock, and no other bucket
---   {-2, units}                   over the per-buyer limit (units: the
+--   {-2, units, 0, swept}         over the per-buyer limit (units: the
 --                                 buyer's current count)
+--                                 (swept 1: the batch's sweeps put units
+--                                 back to stock)
 --   {-3}                          the order id is taken by another buyer or
 --                                 quantity
 --   {-4, deadline}                the order's units are claimed here and no
@@ -150,8 +152,9 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- 'H|' .. qty .. mid .. deadline .. '|' .. buyer: stock and home are this
 -- bucket (records.lua's encode(), written out).
 local mid = '|' .. s[2] .. '|' .. s[2] .. '|'
--- deadlines and dls cache each hold's deadline, as a number and as text.
-local drained, deadlines, dls = false, {}, {}
+-- deadlines and dls cache each hold's deadline, as a number and as text;
+-- swept says whether a sweep here put units back.
+local drained, deadlines, dls, swept = false, {}, {}, false
 
 -- decide decides order i and writes its answer at reply[r..r+3].
 local function decide(i, r)
@@ -202,6 +205,7 @@ local function decide(i, r)
     -- without waiting for Sweep.
     flush()
     local units, claims, more = records().sweep(now, 16, self, limit)
+    swept = swept or units > 0
     if units + claims > 0 then
       reload()
       used = tonumber(val[bfield] or s[f + 1]) or 0
@@ -253,4 +257,14 @@ for i = 0, count - 1 do
   decide(i, 4 * i + 1)
 end
 flush()
+-- A reserved or limited order's last integer says whether the batch's
+-- sweeps put units back: the caller's sold-out cache must then forget
+-- what it knew.
+if swept then
+  for r = 1, 4 * count, 4 do
+    if reply[r] == 1 or reply[r] == -2 then
+      reply[r + 3] = 1
+    end
+  end
+end
 return reply

@@ -53,9 +53,9 @@ func (c *Counter) askSoldOut(item string, q int64) (gen uint64, refused bool) {
 // runs from asked, not from the answer: a refusal says nothing of the
 // stock after Redis decided, and a slow answer (a long walk over the
 // buckets) must not hide units another process put back meanwhile for
-// longer than the TTL. A call that reserved units clears the mark as a
-// return does: on its way it may have returned expired holds to stock.
-func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q int64, refused, reserved bool) {
+// longer than the TTL. A call whose scripts put expired holds back to
+// stock on its way (back) clears the mark, as a return does.
+func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q int64, refused, back bool) {
 	if c.soldOutTTL <= 0 {
 		return
 	}
@@ -67,7 +67,7 @@ func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q in
 		return // cannot be: askSoldOut made it and asking kept it
 	}
 	s.asking--
-	if reserved {
+	if back {
 		s.from = 0
 		s.gen++
 	}

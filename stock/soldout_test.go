@@ -281,6 +281,71 @@ func TestAReservationThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 	})
 }
 
+func TestABuyerLimitRefusalThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
+	// Four units, two per buyer. a and b hold one each, briefly; z holds
+	// two; d's order of two is refused and marks orders of two or more.
+	// Once a's and b's holds run out, z's third unit is refused for the
+	// limit, but the call returned the two expired holds on its way: the
+	// next order of two must get them, not the mark.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		item := newItem(t, c, Item{Total: 4, PerBuyer: 2})
+		var last Reservation
+		for _, id := range []string{"a", "b"} {
+			r, err := c.Reserve(ctx, item, Order{ID: id, Buyer: id, Quantity: 1, Hold: shortHold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r
+		}
+		two := func(id, buyer string) Order { return Order{ID: id, Buyer: buyer, Quantity: 2, Hold: time.Minute} }
+		if _, err := c.Reserve(ctx, item, two("z1", "z")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, two("d", "d")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("d: %v, want ErrSoldOut", err)
+		}
+		waitPast(t, rdb, last.Deadline)
+		if _, err := c.Reserve(ctx, item, order("z2", "z")); !errors.Is(err, ErrBuyerLimit) {
+			t.Fatalf("z's third unit: %v, want ErrBuyerLimit", err)
+		}
+		if r, err := c.Reserve(ctx, item, two("e", "e")); err != nil || r.State != Held {
+			t.Fatalf("e's two units, back from the expired holds: %+v %v, want them, not the mark", r, err)
+		}
+	})
+}
+
+func TestAReservationThatSweptNothingKeepsALargerSoldOutMark(t *testing.T) {
+	// An order of two is refused and marks orders of two or more; the last
+	// unit then goes to an order of one, which returned nothing on its
+	// way: the next order of two is still refused from memory.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f), WithSoldOutCache(time.Hour))
+		item := newItem(t, c, Item{Total: 4})
+		two := func(id string) Order { return Order{ID: id, Buyer: id, Quantity: 2, Hold: time.Hour} }
+		if _, err := c.Reserve(ctx, item, two("a")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("b", "b")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, two("d")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("d: %v, want ErrSoldOut", err)
+		}
+		if _, err := c.Reserve(ctx, item, order("e", "e")); err != nil {
+			t.Fatal(err)
+		}
+		sent := f.On(redistest.Any())
+		if _, err := c.Reserve(ctx, item, two("g")); !errors.Is(err, ErrSoldOut) || sent.Hits() != 0 {
+			t.Fatalf("g: %v after %d commands, want ErrSoldOut from memory", err, sent.Hits())
+		}
+	})
+}
+
 // shortHold is a hold that the next call or two still find held, and that
 // a test can wait out.
 const shortHold = 300 * time.Millisecond
