@@ -578,3 +578,30 @@ func TestAWalkOverTheBucketsFollowsAnItemCreatedAgainMeanwhile(t *testing.T) {
 		})
 	}
 }
+
+// A Delete that failed part-way leaves bucket 0 of a bucketed item and
+// not the others. Levels, Audit and Sweep find a bucket gone however often
+// they route again: the item is unknown (Delete must be retried), not
+// "changing".
+func TestAHalfDeletedItemIsUnknownToAWalkOverItsBuckets(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		item := newItem(t, c, Item{Total: 2, Buckets: 2})
+		bucket0 := c.layoutFor(item, 2).buckets[0].keys[0]
+		isDel := redistest.Command("del")
+		f.On(func(cmd redis.Cmder) bool { return isDel(cmd) && cmd.Args()[1] == bucket0 }).Fail(errDied).Times(1)
+		if err := c.Delete(ctx, item); !errors.Is(err, errDied) {
+			t.Fatalf("Delete: %v, want it to die before bucket 0", err)
+		}
+		_, lerr := c.Levels(ctx, item)
+		_, aerr := c.Audit(ctx, item)
+		_, serr := c.Sweep(ctx, item, 10)
+		for name, err := range map[string]error{"Levels": lerr, "Audit": aerr, "Sweep": serr} {
+			if !errors.Is(err, ErrUnknownItem) {
+				t.Errorf("%s: %v, want ErrUnknownItem", name, err)
+			}
+		}
+	})
+}

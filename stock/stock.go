@@ -378,6 +378,7 @@ func (c *Counter) eachBucket(ctx context.Context, item string, f func(*layout, b
 	if err := checkItem(item); err != nil {
 		return err
 	}
+	gone := 0 // the bucket count of the last walk that found a bucket gone
 	for range 3 {
 		l, err := c.learn(ctx, item)
 		if err != nil {
@@ -389,12 +390,24 @@ func (c *Counter) eachBucket(ctx context.Context, item string, f func(*layout, b
 				break
 			}
 		}
+		if errors.Is(err, errBucketGone) {
+			if gone == l.n {
+				// Two walks over the same layout found a bucket gone: the
+				// item is half deleted (a Delete that failed part-way:
+				// retry it), not changing.
+				return fmt.Errorf("%w: %q (a bucket of %d is gone)", ErrUnknownItem, item, l.n)
+			}
+			gone = l.n
+		}
 		if !errors.Is(err, errReroute) {
 			return err
 		}
 	}
 	return fmt.Errorf("stock: %q: the item's buckets keep changing", item)
 }
+
+// errBucketGone is unknownBucket's routing again.
+var errBucketGone = fmt.Errorf("%w: a bucket is gone", errReroute)
 
 // unknownBucket is the error for bucket b of item found missing by a walk
 // over the buckets (eachBucket): only bucket 0 can tell that the item does
@@ -404,7 +417,7 @@ func (c *Counter) eachBucket(ctx context.Context, item string, f func(*layout, b
 func (c *Counter) unknownBucket(item string, b bucket) error {
 	c.forget(item)
 	if b.index > 0 {
-		return errReroute
+		return errBucketGone
 	}
 	return fmt.Errorf("%w: %q", ErrUnknownItem, item)
 }
