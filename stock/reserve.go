@@ -181,7 +181,7 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 		if r.State == Held && r.Bucket != h && r.Bucket >= 0 {
 			state, deadline, err := c.standing(ctx, item, l, h, r.Bucket, o, res[1])
 			if err != nil {
-				return Reservation{}, err
+				return Reservation{}, mayBeReserved(o, err)
 			}
 			r.State, r.Deadline = state, msTime(deadline)
 		}

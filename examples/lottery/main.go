@@ -177,9 +177,18 @@ func attackBoth(addr string, burst int, service time.Duration) ([]result, error)
 		{"naive", (*world).naive, service / 2},
 		{"surge", (*world).surge, service + 20*time.Millisecond},
 	} {
-		env.begin()
-		user := way.name + ":" + runID
-		r, err := env.attack(way.name, user, burst, way.lead, way.draw(env, service))
+		var r result
+		var user string
+		// A loaded machine may oversleep the first half's moment; the
+		// attack then starts again on a new midnight, as another user.
+		for attempt := 0; ; attempt++ {
+			env.begin()
+			user = fmt.Sprint(way.name, ":", runID, ":", attempt)
+			r, err = env.attack(way.name, user, burst, way.lead, way.draw(env, service))
+			if !errors.Is(err, errMissedMidnight) || attempt == 2 {
+				break
+			}
+		}
 		if err == nil && way.name == "surge" {
 			r.stored, err = env.surgeWins(user)
 		}
@@ -190,6 +199,10 @@ func attackBoth(addr string, burst int, service time.Duration) ([]result, error)
 	}
 	return results, nil
 }
+
+// errMissedMidnight says midnight passed before the burst's first half
+// could fire.
+var errMissedMidnight = errors.New("midnight passed before the burst")
 
 // A drawFunc makes one draw for user and reports whether it was granted,
 // whether it won, and the day it counted in. It calls decided once it has
@@ -308,7 +321,7 @@ func (w *world) attack(name, user string, burst int, lead time.Duration, draw dr
 	}
 	w.approach(lead)
 	if w.now().After(w.night) {
-		return r, errors.New("midnight passed before the burst: run again")
+		return r, errMissedMidnight
 	}
 	fire(burst / 2)
 	decided.Wait()
