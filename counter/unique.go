@@ -42,8 +42,10 @@ const scratchTTL = 10 * time.Second
 // (probably) counted before, in this period. (miniredis, in tests, may
 // also report true for items it has seen.) A call that go-redis sends
 // again after its reply was lost reports false too, its first run having
-// added the items: the count is right, the flag only a hint. The zero
-// Window keeps one count forever, without expiry.
+// added the items: the count is right, the flag only a hint; unless the
+// second run comes after the period ended, when the items count in the
+// next period too (and it reports true). The zero Window keeps one count
+// forever, without expiry.
 //
 // The Redis clock decides the period, as in Take, and the period's key is
 // written together with its expiry in the same atomic step, so no count

@@ -171,7 +171,11 @@ func (c *Client) CompareAndSet(ctx context.Context, key string, expect Version, 
 // itself: go-redis sends a command again when its reply is lost
 // (Options.MaxRetries), and the second run finds the value gone. Either
 // way this call overruled no one's write, and most callers treat
-// ErrNotExist as done.
+// ErrNotExist as done. One exception: if another client creates the value
+// anew between the two runs, the second run finds that new value and the
+// error wraps ErrConflict, naming its version, though this call did
+// delete the version it expected (a caller that must tell the two apart
+// sets MaxRetries to -1).
 //
 // expect must be a version Load or CompareAndSet returned: 0 (or an empty
 // key) is an error wrapping ErrInvalid, and never reaches Redis.
