@@ -448,3 +448,58 @@ func TestATakeThatMeetsTryAgainInAClusterPipelineCountsNoOtherTwice(t *testing.T
 		t.Fatalf("the other count: %+v %v, want 1: one Take of 1, counted once", got, err)
 	}
 }
+
+// go-redis can route commands by the server's own command info (a
+// dynamic resolver); it refuses to pipeline a command that info sends to
+// several shards, as it does EXISTS. The read a cluster pipeline leads
+// with must not be such a command.
+func TestAClusterPipelineRunsWithTheDynamicCommandInfoResolver(t *testing.T) {
+	b := redistest.Open(t, redistest.ClusterB)
+	ctx := context.Background()
+	f := redistest.NewFaults()
+	rdb := b.Client(t, f)
+	cc := rdb.(*redis.ClusterClient)
+	cc.SetCommandInfoResolver(cc.NewDynamicResolver())
+	c := newClient(t, rdb)
+	for _, s := range []*script.Script{takeOneScript, takeBatchScript} {
+		if err := rdb.ScriptLoad(ctx, s.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ls []Limit
+	node := ""
+	for i := 0; len(ls) < script.NodePipelinesInFlight+2; i++ {
+		l := Limit{Key: fmt.Sprint(redistest.Key(t), ":", i), Cap: 10, TTL: time.Hour}
+		m, err := cc.MasterForKey(ctx, DefaultPrefix+"{"+l.Key+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node == "" {
+			node = m.Options().Addr
+		}
+		if m.Options().Addr == node {
+			ls = append(ls, l)
+		}
+	}
+	release := redistest.HoldEach(t, f, script.NodePipelinesInFlight, func(i int) redistest.Match {
+		return redistest.HasArg(DefaultPrefix + "{" + ls[i].Key + "}")
+	}, c.pipeline.Queued, func(i int) error {
+		_, err := c.Incr(ctx, ls[i], 1)
+		return err
+	})
+	var outs []chan error
+	for i, l := range ls[script.NodePipelinesInFlight:] {
+		out := make(chan error, 1)
+		redistest.GoQueued(t, c.pipeline.Queued, i+1, func() {
+			_, err := c.Take(ctx, Op{Limit: l, N: 1})
+			out <- err
+		})
+		outs = append(outs, out)
+	}
+	release()
+	for i, out := range outs {
+		if err := <-out; err != nil {
+			t.Errorf("take %d of the pipeline: %v", i, err)
+		}
+	}
+}

@@ -195,8 +195,9 @@ func (p *Pipeline) sendCalls(ctx context.Context, calls []call) ([]reply, error)
 		// being migrated), it sends the node's whole pipeline again, up to
 		// MaxRedirects times, and every other call in it, which ran, would
 		// run again. A read of one key cannot meet TRYAGAIN (ASK and MOVED
-		// are followed command by command), so one goes first.
-		_ = pipe.Process(ctx, redis.NewIntCmd(ctx, "exists", key))
+		// are followed command by command), so one goes first: TYPE, which,
+		// unlike EXISTS, no command-info resolver routes to several nodes.
+		_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "type", key))
 	}
 	cmds := make([]redis.Cmder, len(calls))
 	for i, c := range calls {
