@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -581,9 +582,10 @@ func TestAWalkOverTheBucketsFollowsAnItemCreatedAgainMeanwhile(t *testing.T) {
 
 // A Delete that failed part-way leaves bucket 0 of a bucketed item and
 // not the others. Levels, Audit and Sweep find a bucket gone however often
-// they route again: the item is unknown (Delete must be retried), not
-// "changing".
-func TestAHalfDeletedItemIsUnknownToAWalkOverItsBuckets(t *testing.T) {
+// they route again: they say so, not that the buckets keep changing, and
+// not ErrUnknownItem (a Create under way looks the same, and bucket 0
+// takes orders meanwhile).
+func TestAHalfDeletedItemIsReportedMissingABucketToAWalk(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
@@ -599,9 +601,44 @@ func TestAHalfDeletedItemIsUnknownToAWalkOverItsBuckets(t *testing.T) {
 		_, aerr := c.Audit(ctx, item)
 		_, serr := c.Sweep(ctx, item, 10)
 		for name, err := range map[string]error{"Levels": lerr, "Audit": aerr, "Sweep": serr} {
-			if !errors.Is(err, ErrUnknownItem) {
-				t.Errorf("%s: %v, want ErrUnknownItem", name, err)
+			if err == nil || !strings.Contains(err.Error(), "a bucket of 2 is missing") || errors.Is(err, ErrUnknownItem) {
+				t.Errorf("%s: %v, want a bucket missing", name, err)
 			}
+		}
+	})
+}
+
+// While a Create of a bucketed item is under way, bucket 0 exists and
+// takes orders: a walk over the buckets must not call the item unknown.
+func TestAnItemBeingCreatedIsNotUnknownToAWalk(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		const n = 2
+		item := redistest.Key(t)
+		bucket1 := c.layoutFor(item, n).buckets[1].keys[0]
+		isCreate := redistest.Script(createScript.Hash())
+		paused := f.On(func(cmd redis.Cmder) bool {
+			args := cmd.Args()
+			return isCreate(cmd) && len(args) > 3 && args[3] == bucket1
+		}).Hold().Times(1)
+		created := make(chan error, 1)
+		go func() {
+			_, err := c.Create(ctx, item, Item{Total: 4, Buckets: n})
+			created <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "Create to pause before bucket 1", func() bool { return paused.Hits() == 1 })
+		if r, err := c.Reserve(ctx, item, order("a", buyerHomedAt(0, n, "a"))); err != nil || r.Bucket != 0 {
+			t.Fatalf("a, homed in bucket 0: %+v %v", r, err)
+		}
+		_, err := c.Levels(ctx, item)
+		paused.Release()
+		if cerr := <-created; cerr != nil {
+			t.Fatal(cerr)
+		}
+		if errors.Is(err, ErrUnknownItem) {
+			t.Fatalf("Levels during Create, after a reservation of it: %v, want anything but ErrUnknownItem", err)
 		}
 	})
 }

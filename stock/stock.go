@@ -393,9 +393,9 @@ func (c *Counter) eachBucket(ctx context.Context, item string, f func(*layout, b
 		if errors.Is(err, errBucketGone) {
 			if gone == l.n {
 				// Two walks over the same layout found a bucket gone: the
-				// item is half deleted (a Delete that failed part-way:
-				// retry it), not changing.
-				return fmt.Errorf("%w: %q (a bucket of %d is gone)", ErrUnknownItem, item, l.n)
+				// item is half made or half deleted, not changing. Not
+				// ErrUnknownItem: bucket 0 takes orders meanwhile.
+				return fmt.Errorf("stock: %q: a bucket of %d is missing: a Create or Delete of the item is under way, or failed part-way (retry it)", item, l.n)
 			}
 			gone = l.n
 		}
