@@ -169,8 +169,11 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 		return Reservation{}, err
 	}
 	r := Reservation{OrderID: o.ID, Quantity: o.Quantity}
-	if (res[0] == codeReserved || res[0] == codeBuyerLimit) && res[3] == 1 {
-		*back = true // reserve.lua's sweeps put units back
+	switch res[0] {
+	case codeReserved, codeEmpty, codeBuyerLimit, codeClaimed:
+		if res[3] == 1 {
+			*back = true // reserve.lua's sweeps put units back
+		}
 	}
 	switch res[0] {
 	case codeReserved:
@@ -201,7 +204,7 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 		// say whether they put units back: a reservation made on it counts
 		// as if they did.
 		r, err := c.reserveElsewhere(ctx, item, l, h, o, res[1], res[0] == codePending)
-		if err == nil && !r.Replayed {
+		if err == nil {
 			*back = true
 		}
 		return r, err

@@ -68,8 +68,11 @@ func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q in
 	}
 	s.asking--
 	if back {
+		// Calls in flight were refused before these units came back; this
+		// call's own refusal, if any, came after its sweeps.
 		s.from = 0
 		s.gen++
+		gen = s.gen
 	}
 	until := asked.Add(c.soldOutTTL)
 	live := s.from > 0 && now.Before(s.until)

@@ -346,6 +346,90 @@ func TestAReservationThatSweptNothingKeepsALargerSoldOutMark(t *testing.T) {
 	})
 }
 
+func TestARefusalThatSweptExpiredHoldsClearsASmallerSoldOutMark(t *testing.T) {
+	// x asks for 5 and is delayed; y's order of 2 is refused while h's 3
+	// units are held, marking orders of 2 or more. h's hold runs out, and
+	// x's script puts it back before refusing x: the units must not hide
+	// behind y's mark.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		item := newItem(t, c, Item{Total: 10})
+		if err := rdb.ScriptLoad(ctx, reserveScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, Order{ID: "g", Buyer: "g", Quantity: 6, Hold: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		h, err := c.Reserve(ctx, item, Order{ID: "h", Buyer: "h", Quantity: 3, Hold: shortHold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		paused := f.On(redistest.HasArg("x-order")).Hold().Times(1)
+		x := make(chan error, 1)
+		go func() {
+			_, err := c.Reserve(ctx, item, Order{ID: "x-order", Buyer: "x", Quantity: 5, Hold: time.Minute})
+			x <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "x's reserve to be paused", func() bool { return paused.Hits() == 1 })
+		if _, err := c.Reserve(ctx, item, Order{ID: "y", Buyer: "y", Quantity: 2, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("y: %v, want ErrSoldOut", err)
+		}
+		waitPast(t, rdb, h.Deadline)
+		paused.Release()
+		if err := <-x; !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("x: %v, want ErrSoldOut", err)
+		}
+		if r, err := c.Reserve(ctx, item, Order{ID: "z", Buyer: "z", Quantity: 2, Hold: time.Minute}); err != nil {
+			t.Fatalf("z's 2 units, back from h's hold: %+v %v, want them, not the mark", r, err)
+		}
+	})
+}
+
+func TestAResumedWalkThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
+	// Two buckets of 3: bucket 0's held for an hour, bucket 1's briefly.
+	// d's order of 2 is refused and marks orders of 2 or more. alice's
+	// first attempt dies before its take in bucket 1; once bucket 1's
+	// holds run out, her retry resumes and its take sweeps them back. e's
+	// order of 2 must get two of them, not the mark.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		const n = 2
+		item := newItem(t, c, Item{Total: 6, Buckets: n})
+		l := c.layoutFor(item, n)
+		if err := rdb.ScriptLoad(ctx, takeScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.Reserve(ctx, item, Order{ID: "g", Buyer: buyerHomedAt(0, n, "g"), Quantity: 3, Hold: time.Hour}); err != nil || r.Bucket != 0 {
+			t.Fatalf("g: %+v %v", r, err)
+		}
+		h, err := c.Reserve(ctx, item, Order{ID: "h", Buyer: buyerHomedAt(1, n, "h"), Quantity: 3, Hold: shortHold})
+		if err != nil || h.Bucket != 1 {
+			t.Fatalf("h: %+v %v", h, err)
+		}
+		if _, err := c.Reserve(ctx, item, Order{ID: "d", Buyer: buyerHomedAt(0, n, "d"), Quantity: 2, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("d: %v, want ErrSoldOut", err)
+		}
+		a := Order{ID: "a", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute}
+		f.On(takeIn(l, 1)).Fail(errDied).Times(1)
+		if _, err := c.Reserve(ctx, item, a); !errors.Is(err, errDied) {
+			t.Fatalf("alice's first attempt: %v, want it to die before bucket 1", err)
+		}
+		waitPast(t, rdb, h.Deadline)
+		if r, err := c.Reserve(ctx, item, a); err != nil || r.Bucket != 1 || r.State != Held {
+			t.Fatalf("alice's retry: %+v %v, want a hold in bucket 1", r, err)
+		}
+		if r, err := c.Reserve(ctx, item, Order{ID: "e", Buyer: buyerHomedAt(1, n, "e"), Quantity: 2, Hold: time.Minute}); err != nil {
+			t.Fatalf("e's 2 units, back in bucket 1: %+v %v, want them, not the mark", r, err)
+		}
+	})
+}
+
 // shortHold is a hold that the next call or two still find held, and that
 // a test can wait out.
 const shortHold = 300 * time.Millisecond
