@@ -34,11 +34,14 @@ func checkRef(item, orderID, buyer string) error {
 // one script each, so exactly one of them wins for an order.
 func (c *Counter) Confirm(ctx context.Context, item, orderID, buyer string) error {
 	err := c.finish(ctx, item, orderID, buyer, confirmScript, "S")
-	if errors.Is(err, ErrReturned) {
-		// confirm.lua gives an expired hold back itself, and its reply does
-		// not say whether it did or found the hold returned before: clear in
-		// both cases, since a needless clear costs one order a trip to Redis
-		// and a missed one hides units for the TTL.
+	switch {
+	case err == nil, errors.Is(err, ErrInvalid), errors.Is(err, ErrUnknownOrder), errors.Is(err, ErrPending):
+		// Nothing came back.
+	default:
+		// confirm.lua gives an expired hold back itself, and neither its
+		// ErrReturned nor a lost reply says whether it did: clear, since a
+		// needless clear costs one order a trip to Redis and a missed one
+		// hides units for the TTL.
 		c.clearSoldOut(item)
 	}
 	return err

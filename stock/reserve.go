@@ -170,10 +170,16 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 	}
 	r := Reservation{OrderID: o.ID, Quantity: o.Quantity}
 	switch res[0] {
-	case codeReserved, codeEmpty, codeBuyerLimit, codeClaimed:
+	case codeReserved, codeEmpty, codeBuyerLimit:
 		if res[3] == 1 {
 			*back = true // reserve.lua's sweeps put units back
 		}
+	case codeReplayed, codePending, codeClaimed:
+		// A replay may answer a resend whose first run swept, and a walk's
+		// takes and last look sweep without saying so: count them as
+		// having put units back. A needless clear costs one order a trip
+		// to Redis; this call's own refusal, after them, still marks.
+		*back = true
 	}
 	switch res[0] {
 	case codeReserved:
@@ -200,14 +206,8 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 		// them yet: it is still at work, or it failed mid-way. Resuming is
 		// safe (the other buckets know the order by its id, and the first
 		// settle wins), and spares the buyer a wait until the claim's
-		// deadline. The walk's takes and last look sweep too, and do not
-		// say whether they put units back: a reservation made on it counts
-		// as if they did.
-		r, err := c.reserveElsewhere(ctx, item, l, h, o, res[1], res[0] == codePending)
-		if err == nil {
-			*back = true
-		}
-		return r, err
+		// deadline.
+		return c.reserveElsewhere(ctx, item, l, h, o, res[1], res[0] == codePending)
 	}
 	return Reservation{}, fmt.Errorf("stock: reserve %q: unexpected reply %v", item, res)
 }

@@ -67,12 +67,13 @@ func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q in
 		return // cannot be: askSoldOut made it and asking kept it
 	}
 	s.asking--
+	// Whether nothing came back through this Counter since the call asked,
+	// but what its own scripts put back: its own refusal came after those.
+	fresh := gen == s.gen
 	if back {
-		// Calls in flight were refused before these units came back; this
-		// call's own refusal, if any, came after its sweeps.
+		// Calls in flight were refused before these units came back.
 		s.from = 0
 		s.gen++
-		gen = s.gen
 	}
 	until := asked.Add(c.soldOutTTL)
 	live := s.from > 0 && now.Before(s.until)
@@ -80,7 +81,7 @@ func (c *Counter) answeredSoldOut(item string, gen uint64, asked time.Time, q in
 	// rather than let a larger refusal narrow it; of two marks of one size,
 	// keep the later. A refusal whose mark has run out already marks
 	// nothing.
-	if refused && gen == s.gen && now.Before(until) {
+	if refused && fresh && now.Before(until) {
 		switch {
 		case !live || q < s.from:
 			s.from, s.until = q, until

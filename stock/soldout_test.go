@@ -430,6 +430,116 @@ func TestAResumedWalkThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 	})
 }
 
+func TestARefusedWalkThatSweptStopsAnOlderRefusalFromMarking(t *testing.T) {
+	// Two buckets. a's walk has been refused in Redis (its last look has
+	// run) but not answered yet. Bucket 1's hold runs out; b's walk, for 5
+	// units, sweeps its 3 back in bucket 1 and is refused. a's refusal,
+	// older than that sweep, must not mark orders of one unit.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		const n = 2
+		item := newItem(t, c, Item{Total: 6, Buckets: n})
+		l := c.layoutFor(item, n)
+		if err := rdb.ScriptLoad(ctx, takeScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.Reserve(ctx, item, Order{ID: "g", Buyer: buyerHomedAt(0, n, "g"), Quantity: 3, Hold: time.Hour}); err != nil || r.Bucket != 0 {
+			t.Fatalf("g: %+v %v", r, err)
+		}
+		h, err := c.Reserve(ctx, item, Order{ID: "h", Buyer: buyerHomedAt(1, n, "h"), Quantity: 3, Hold: shortHold})
+		if err != nil || h.Bucket != 1 {
+			t.Fatalf("h: %+v %v", h, err)
+		}
+		inBucket1, isA := takeIn(l, 1), redistest.HasArg("a-order")
+		lastLook := f.On(func(cmd redis.Cmder) bool { return inBucket1(cmd) && isA(cmd) && isLook(cmd) }).HoldReply().Times(1)
+		t.Cleanup(lastLook.Release)
+		a := make(chan error, 1)
+		go func() {
+			_, err := c.Reserve(ctx, item, Order{ID: "a-order", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute})
+			a <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "a's last look to have run", func() bool { return lastLook.Hits() == 1 })
+		waitPast(t, rdb, h.Deadline)
+		if _, err := c.Reserve(ctx, item, Order{ID: "b-order", Buyer: buyerHomedAt(0, n, "bob"), Quantity: 5, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("b: %v, want ErrSoldOut", err)
+		}
+		lastLook.Release()
+		if err := <-a; !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("a: %v, want ErrSoldOut", err)
+		}
+		if r, err := c.Reserve(ctx, item, Order{ID: "c-order", Buyer: buyerHomedAt(0, n, "cat"), Quantity: 1, Hold: time.Minute}); err != nil {
+			t.Fatalf("c, with 3 units back in bucket 1: %+v %v, want one, not a's stale mark", r, err)
+		}
+	})
+}
+
+func TestAReserveAnsweredByItsOwnResendStillClearsTheSoldOutMark(t *testing.T) {
+	// e's reservation sweeps three expired holds back; its reply is lost
+	// and go-redis resends it, which replays e. The units came back all
+	// the same: an order of two must get them, not the mark.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		item := newItem(t, c, Item{Total: 3})
+		if err := rdb.ScriptLoad(ctx, reserveScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var last Reservation
+		for _, id := range []string{"a", "b", "c"} {
+			r, err := c.Reserve(ctx, item, Order{ID: id, Buyer: id, Quantity: 1, Hold: shortHold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r
+		}
+		two := func(id string) Order { return Order{ID: id, Buyer: id, Quantity: 2, Hold: time.Minute} }
+		if _, err := c.Reserve(ctx, item, two("d")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("d: %v, want ErrSoldOut", err)
+		}
+		waitPast(t, rdb, last.Deadline)
+		f.On(redistest.HasArg("e-order")).Resend().Times(1)
+		if r, err := c.Reserve(ctx, item, Order{ID: "e-order", Buyer: "e", Quantity: 1, Hold: time.Minute}); err != nil || !r.Replayed {
+			t.Fatalf("e: %+v %v, want a replay of its own reservation", r, err)
+		}
+		if r, err := c.Reserve(ctx, item, two("f")); err != nil {
+			t.Fatalf("f's 2 units, swept back by e: %+v %v, want them, not the mark", r, err)
+		}
+	})
+}
+
+func TestAConfirmWhoseReplyIsLostAfterGivingBackAnExpiredHoldClearsTheMark(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		rdb := b.Client(t, f)
+		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		item := newItem(t, c, Item{Total: 1})
+		if err := rdb.ScriptLoad(ctx, confirmScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Reserve(ctx, item, Order{ID: "a", Buyer: "alice", Quantity: 1, Hold: shortHold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("b", "bob")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("bob: %v, want ErrSoldOut", err)
+		}
+		waitPast(t, rdb, r.Deadline)
+		f.On(redistest.Script(confirmScript.Hash())).LoseReply(errDied).Times(1)
+		if err := c.Confirm(ctx, item, "a", "alice"); !errors.Is(err, errDied) {
+			t.Fatalf("Confirm: %v, want the lost reply", err)
+		}
+		if _, err := c.Reserve(ctx, item, order("c", "cat")); err != nil {
+			t.Fatalf("the unit the late Confirm gave back: %v", err)
+		}
+	})
+}
+
 // shortHold is a hold that the next call or two still find held, and that
 // a test can wait out.
 const shortHold = 300 * time.Millisecond
