@@ -353,9 +353,7 @@ func TestARefusalThatSweptExpiredHoldsClearsASmallerSoldOutMark(t *testing.T) {
 	// behind y's mark.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		f, rdb, c := cachingCounter(t, b)
 		item := newItem(t, c, Item{Total: 10})
 		if err := rdb.ScriptLoad(ctx, reserveScript.Source()).Err(); err != nil {
 			t.Fatal(err)
@@ -388,6 +386,38 @@ func TestARefusalThatSweptExpiredHoldsClearsASmallerSoldOutMark(t *testing.T) {
 	})
 }
 
+// cachingCounter returns a Counter with a sold-out cache of an hour, and
+// the faults its client goes through.
+func cachingCounter(t *testing.T, b *redistest.Backend) (*redistest.Faults, redis.UniversalClient, *Counter) {
+	t.Helper()
+	f := redistest.NewFaults()
+	rdb := b.Client(t, f)
+	return f, rdb, newCounter(t, rdb, WithSoldOutCache(time.Hour))
+}
+
+// bucket1RunsOut makes an item of two buckets of 3 units, on a Counter
+// with the sold-out cache, whose client goes through f: bucket 0's units
+// held for an hour, bucket 1's by h for shortHold. take.lua is loaded, so
+// that fault rules meet the calls that run.
+func bucket1RunsOut(t *testing.T, b *redistest.Backend) (f *redistest.Faults, rdb redis.UniversalClient, c *Counter, item string, h Reservation) {
+	t.Helper()
+	ctx := context.Background()
+	f, rdb, c = cachingCounter(t, b)
+	const n = 2
+	item = newItem(t, c, Item{Total: 6, Buckets: n})
+	if err := rdb.ScriptLoad(ctx, takeScript.Source()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Reserve(ctx, item, Order{ID: "g", Buyer: buyerHomedAt(0, n, "g"), Quantity: 3, Hold: time.Hour}); err != nil || r.Bucket != 0 {
+		t.Fatalf("g: %+v %v", r, err)
+	}
+	h, err := c.Reserve(ctx, item, Order{ID: "h", Buyer: buyerHomedAt(1, n, "h"), Quantity: 3, Hold: shortHold})
+	if err != nil || h.Bucket != 1 {
+		t.Fatalf("h: %+v %v", h, err)
+	}
+	return f, rdb, c, item, h
+}
+
 func TestAResumedWalkThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 	// Two buckets of 3: bucket 0's held for an hour, bucket 1's briefly.
 	// d's order of 2 is refused and marks orders of 2 or more. alice's
@@ -396,22 +426,9 @@ func TestAResumedWalkThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 	// order of 2 must get two of them, not the mark.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		f, rdb, c, item, h := bucket1RunsOut(t, b)
 		const n = 2
-		item := newItem(t, c, Item{Total: 6, Buckets: n})
 		l := c.layoutFor(item, n)
-		if err := rdb.ScriptLoad(ctx, takeScript.Source()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := c.Reserve(ctx, item, Order{ID: "g", Buyer: buyerHomedAt(0, n, "g"), Quantity: 3, Hold: time.Hour}); err != nil || r.Bucket != 0 {
-			t.Fatalf("g: %+v %v", r, err)
-		}
-		h, err := c.Reserve(ctx, item, Order{ID: "h", Buyer: buyerHomedAt(1, n, "h"), Quantity: 3, Hold: shortHold})
-		if err != nil || h.Bucket != 1 {
-			t.Fatalf("h: %+v %v", h, err)
-		}
 		if _, err := c.Reserve(ctx, item, Order{ID: "d", Buyer: buyerHomedAt(0, n, "d"), Quantity: 2, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
 			t.Fatalf("d: %v, want ErrSoldOut", err)
 		}
@@ -437,22 +454,9 @@ func TestARefusedWalkThatSweptStopsAnOlderRefusalFromMarking(t *testing.T) {
 	// older than that sweep, must not mark orders of one unit.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		f, rdb, c, item, h := bucket1RunsOut(t, b)
 		const n = 2
-		item := newItem(t, c, Item{Total: 6, Buckets: n})
 		l := c.layoutFor(item, n)
-		if err := rdb.ScriptLoad(ctx, takeScript.Source()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := c.Reserve(ctx, item, Order{ID: "g", Buyer: buyerHomedAt(0, n, "g"), Quantity: 3, Hold: time.Hour}); err != nil || r.Bucket != 0 {
-			t.Fatalf("g: %+v %v", r, err)
-		}
-		h, err := c.Reserve(ctx, item, Order{ID: "h", Buyer: buyerHomedAt(1, n, "h"), Quantity: 3, Hold: shortHold})
-		if err != nil || h.Bucket != 1 {
-			t.Fatalf("h: %+v %v", h, err)
-		}
 		inBucket1, isA := takeIn(l, 1), redistest.HasArg("a-order")
 		lastLook := f.On(func(cmd redis.Cmder) bool { return inBucket1(cmd) && isA(cmd) && isLook(cmd) }).HoldReply().Times(1)
 		t.Cleanup(lastLook.Release)
@@ -482,9 +486,7 @@ func TestAReserveAnsweredByItsOwnResendStillClearsTheSoldOutMark(t *testing.T) {
 	// the same: an order of two must get them, not the mark.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		f, rdb, c := cachingCounter(t, b)
 		item := newItem(t, c, Item{Total: 3})
 		if err := rdb.ScriptLoad(ctx, reserveScript.Source()).Err(); err != nil {
 			t.Fatal(err)
@@ -515,9 +517,7 @@ func TestAReserveAnsweredByItsOwnResendStillClearsTheSoldOutMark(t *testing.T) {
 func TestAConfirmWhoseReplyIsLostAfterGivingBackAnExpiredHoldClearsTheMark(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		f, rdb, c := cachingCounter(t, b)
 		item := newItem(t, c, Item{Total: 1})
 		if err := rdb.ScriptLoad(ctx, confirmScript.Source()).Err(); err != nil {
 			t.Fatal(err)
@@ -629,9 +629,7 @@ func TestAConfirmThatReturnsAnExpiredHoldClearsTheSoldOutMark(t *testing.T) {
 func TestAReserveWhoseClaimEndedGivesBackWhatItTookAndClearsTheSoldOutMark(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
+		f, rdb, c := cachingCounter(t, b)
 		const n = 2
 		item := newItem(t, c, Item{Total: n, Buckets: n})
 		l := c.layoutFor(item, n)
