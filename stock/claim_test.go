@@ -252,7 +252,7 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 		if res, err := takeScript.Ints(ctx, rdb, append(targs, o.ID, alice, 1, deadline, 1, 2, "0")); err != nil || res[0] != codeReserved {
 			t.Fatalf("take: %v %v", res, err)
 		}
-		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut); !errors.Is(err, ErrSoldOut) {
+		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut, nil); !errors.Is(err, ErrSoldOut) {
 			t.Fatalf("the refusing call: %v", err)
 		}
 		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true); !errors.Is(err, ErrReturned) {
@@ -279,7 +279,7 @@ func TestALateResumerFindsTheWinnersReservationNotAReturnedHold(t *testing.T) {
 		rdb := b.Client(t)
 		c := newCounter(t, rdb)
 		item, _, l, o, deadline := raceToSettle(t, c, rdb)
-		r, err := c.reserveElsewhere(ctx, item, l, 0, o, deadline, true)
+		r, err := c.reserveElsewhere(ctx, item, l, 0, o, deadline, true, new(bool))
 		if err != nil || r.State != Held || r.Bucket != 2 || !r.Replayed {
 			t.Fatalf("late resumer: %+v %v, want the order held in bucket 2", r, err)
 		}

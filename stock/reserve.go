@@ -174,11 +174,10 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 		if res[3] == 1 {
 			*back = true // reserve.lua's sweeps put units back
 		}
-	case codeReplayed, codePending, codeClaimed:
-		// A replay may answer a resend whose first run swept, and a walk's
-		// takes and last look sweep without saying so: count them as
+	case codeReplayed:
+		// A replay may answer a resend whose first run swept: count it as
 		// having put units back. A needless clear costs one order a trip
-		// to Redis; this call's own refusal, after them, still marks.
+		// to Redis.
 		*back = true
 	}
 	switch res[0] {
@@ -207,7 +206,7 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 		// safe (the other buckets know the order by its id, and the first
 		// settle wins), and spares the buyer a wait until the claim's
 		// deadline.
-		return c.reserveElsewhere(ctx, item, l, h, o, res[1], res[0] == codePending)
+		return c.reserveElsewhere(ctx, item, l, h, o, res[1], res[0] == codePending, back)
 	}
 	return Reservation{}, fmt.Errorf("stock: reserve %q: unexpected reply %v", item, res)
 }
@@ -220,7 +219,7 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 // made the claim: that call may have taken the units somewhere and lost
 // the reply, so every bucket is first asked whether it holds the order
 // (take.lua), all at once.
-func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool) (Reservation, error) {
+func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool, back *bool) (Reservation, error) {
 	if resumed {
 		k, res, err := c.lookElsewhere(ctx, item, l, h, o, deadline)
 		if err != nil {
@@ -240,6 +239,9 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 			// ends with it, unless a retry settles onto it first.
 			return Reservation{}, mayBeReserved(o, err)
 		}
+		if (res[0] == codeReserved && len(res) > 1 && res[1] == 1) || (res[0] == codeEmpty && len(res) > 2 && res[2] == 1) {
+			*back = true // take.lua's sweep put units back in k
+		}
 		if res[0] != codeEmpty {
 			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
 		}
@@ -247,7 +249,7 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 			refused[k] = res[1]
 		}
 	}
-	r, err := c.dropClaim(ctx, item, l, h, holdAtHome, o, deadline, resumed, fmt.Errorf("%w: %q", ErrSoldOut, item))
+	r, err := c.dropClaim(ctx, item, l, h, holdAtHome, o, deadline, resumed, fmt.Errorf("%w: %q", ErrSoldOut, item), back)
 	if !errors.Is(err, ErrSoldOut) {
 		return r, err
 	}
@@ -327,12 +329,12 @@ func (c *Counter) refilledSince(ctx context.Context, item string, l *layout, h i
 func (c *Counter) tookElsewhere(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool, res []int64) (Reservation, error) {
 	switch res[0] {
 	case codeOrderTaken:
-		return c.dropClaim(ctx, item, l, h, -1, o, deadline, resumed, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID))
+		return c.dropClaim(ctx, item, l, h, -1, o, deadline, resumed, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID), nil)
 	case codeClaimOver:
 		// The deadline passed, or k's hold for the order ended: k is not
 		// where the order is held, though another call may have settled
 		// it elsewhere.
-		return c.dropClaim(ctx, item, l, h, k, o, deadline, resumed, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID))
+		return c.dropClaim(ctx, item, l, h, k, o, deadline, resumed, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID), nil)
 	case codeReserved, codeReplayed:
 		// A hold k already had may be another call's claim's, with its
 		// deadline: the one to settle onto and report.
@@ -415,8 +417,9 @@ const holdAtHome = -2
 // a hold or sale in a bucket other than over (the bucket that said the
 // order's hold there ended, or -1), the order is reserved after all: that
 // reservation is returned instead. With over holdAtHome, the home holds
-// the units instead if it has them.
-func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over int, o Order, deadline int64, resumed bool, why error) (Reservation, error) {
+// the units instead if it has them, and back (not nil then) is set if its
+// sweep put units back first.
+func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over int, o Order, deadline int64, resumed bool, why error, back *bool) (Reservation, error) {
 	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
 	drop := -1
 	if over == holdAtHome {
@@ -427,6 +430,9 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 		// Not why: the settle may have run, and found the claim settled by
 		// another call or (holdAtHome) held the units here.
 		return Reservation{}, mayBeReserved(o, err)
+	}
+	if over == holdAtHome && (res[0] == codeReserved || res[0] == codeEmpty) && len(res) > 1 && res[1] == 1 {
+		*back = true // the last look's sweep put units back in the home
 	}
 	if over == holdAtHome && res[0] == codeReserved {
 		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: h, Replayed: resumed}, nil

@@ -13,9 +13,11 @@
 --          claim took
 --
 -- Reply, an array of integers:
---   {1}            settled: the order is held in that bucket (with -2:
+--   {1, swept}     settled: the order is held in that bucket (with -2:
 --                  here, until the claim's deadline)
---   {-1}           the claim is dropped and the buyer's allowance released
+--   {-1, swept}    the claim is dropped and the buyer's allowance released
+--                  (swept, with -2: 1 if expired holds went back to stock
+--                  here first, for the caller's sold-out cache)
 --   {-8, bucket, state, deadline}  the claim is no longer open: another
 --                  call settled it (bucket holds the units until deadline;
 --                  state 1 held, 2 sold, 3 returned), or its deadline passed
@@ -57,6 +59,7 @@ if k >= 0 and held_until and held_until <= now then
   R.release_buyer(limit, r.buyer, r.q)
   return {-8, k, 3, held_until}
 end
+local swept = 0
 if k == -2 then
   -- The other buckets were asked one after another, and units may have
   -- come back here meanwhile (a cancel, a sweep): a sold-out answer while
@@ -71,6 +74,7 @@ if k == -2 then
     local units, claims
     units, claims, more = R.sweep(now, 16, self, limit)
     if units > 0 then
+      swept = 1
       c = redis.call('HMGET', KEYS[1], 'available', 'held')
       available, held = tonumber(c[1]), tonumber(c[2])
     end
@@ -79,7 +83,7 @@ if k == -2 then
   if available >= r.q then
     r.st, r.stock = R.HELD, self
     redis.call('HSET', KEYS[1], 'available', available - r.q, 'held', held + r.q, 'o:' .. order, R.encode(r))
-    return {1}
+    return {1, swept}
   end
 end
 redis.call('ZREM', KEYS[2], order)
@@ -89,7 +93,7 @@ if k < 0 then
   -- the sweep heeds the record's own deadline).
   redis.call('HDEL', KEYS[1], 'o:' .. order)
   R.release_buyer(limit, r.buyer, r.q)
-  return {-1}
+  return {-1, swept}
 end
 -- The holding bucket keeps the deadline from here on; the record says
 -- the hold's.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -760,4 +761,36 @@ func TestARefusalWhoseMarkRanOutKeepsAFresherMark(t *testing.T) {
 	if _, refused := c.askSoldOut(item, 1); !refused {
 		t.Fatal("b's mark was replaced by a's, which had run out")
 	}
+}
+
+// A crowd of orders of a bucketed item that sold out: every refusal comes
+// from a walk over the buckets, and no walk put units back. The cache must
+// then hold, and answer the next order from memory.
+func TestTheCacheHoldsForABucketedItemAfterACrowdOfRefusedWalks(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f, _, c := cachingCounter(t, b)
+		const n = 3
+		item := newItem(t, c, Item{Total: n, Buckets: n})
+		for k := range n {
+			if _, err := c.Reserve(ctx, item, Order{ID: fmt.Sprint("h", k), Buyer: buyerHomedAt(k, n, fmt.Sprint("h", k)), Quantity: 1, Hold: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Reserve(ctx, item, order(fmt.Sprint("x", i), fmt.Sprint("buyer", i))); !errors.Is(err, ErrSoldOut) {
+					t.Errorf("order %d: %v, want ErrSoldOut", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		sent := f.On(redistest.Any())
+		if _, err := c.Reserve(ctx, item, order("y", "late")); !errors.Is(err, ErrSoldOut) || sent.Hits() != 0 {
+			t.Fatalf("the next order: %v after %d commands, want ErrSoldOut from memory", err, sent.Hits())
+		}
+	})
 }

@@ -14,13 +14,15 @@
 -- Reply, an array of integers (ret: the bucket's count of returns, see
 -- records.lua):
 --   {-9, ret}      looking: this bucket does not know the order
---   {1}            held here until the deadline
+--   {1, swept}     held here until the deadline (swept: 1 if expired
+--                  holds went back to stock here first, for the
+--                  caller's sold-out cache)
 --   {2, state, deadline}  this bucket already holds the order (a repeated
 --                  call, state 1), or sold it (state 2: another call settled
 --                  the claim here and the order was confirmed since), the
 --                  hold ending at deadline: another call's claim's, which
 --                  may not be this one's
---   {-1, ret}      not enough stock here
+--   {-1, ret, swept}  not enough stock here
 --   {-3}           the order id is taken here by another order
 --   {-8}           the claim is over: its deadline has passed, or this
 --                  bucket's hold for the order ended (returned, or past its
@@ -63,20 +65,21 @@ if deadline <= now then
 end
 local available, held = tonumber(c[1]), tonumber(c[2])
 -- Up to 64 holds that ran out are returned first, as in reserve.lua.
-local rounds, more = 0, true
+local rounds, more, swept = 0, true, 0
 while more and rounds < 4 and available < q and held > 0 do
   local units, claims
   units, claims, more = R.sweep(now, 16, self, limit)
   if units > 0 then
+    swept = 1
     c = redis.call('HMGET', KEYS[1], 'available', 'held', 'o:' .. order, 'ret')
     available, held = tonumber(c[1]), tonumber(c[2])
   end
   rounds = rounds + 1
 end
 if available < q then
-  return {-1, tonumber(c[4]) or 0}
+  return {-1, tonumber(c[4]) or 0, swept}
 end
 redis.call('HSET', KEYS[1], 'available', available - q, 'held', held + q, 'o:' .. order,
   R.encode({st = R.HELD, q = q, stock = self, home = tonumber(ARGV[5]), deadline = deadline, buyer = buyer}))
 redis.call('ZADD', KEYS[2], deadline, order)
-return {1}
+return {1, swept}
