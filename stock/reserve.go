@@ -166,6 +166,10 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 	h := home(o.Buyer, l.n)
 	res, err := c.reserveHome(ctx, l, h, o)
 	if err != nil {
+		if !errors.Is(err, errReroute) && !errors.Is(err, ErrUnknownItem) {
+			// The script may have run, and swept, with its reply lost.
+			*back = true
+		}
 		return Reservation{}, err
 	}
 	r := Reservation{OrderID: o.ID, Quantity: o.Quantity}

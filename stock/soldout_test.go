@@ -515,6 +515,37 @@ func TestAReserveAnsweredByItsOwnResendStillClearsTheSoldOutMark(t *testing.T) {
 	})
 }
 
+func TestAReserveWhoseReplyIsLostAfterSweepingClearsTheSoldOutMark(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f, rdb, c := cachingCounter(t, b)
+		item := newItem(t, c, Item{Total: 3})
+		if err := rdb.ScriptLoad(ctx, reserveScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var last Reservation
+		for _, id := range []string{"a", "b", "c"} {
+			r, err := c.Reserve(ctx, item, Order{ID: id, Buyer: id, Quantity: 1, Hold: shortHold})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r
+		}
+		two := func(id string) Order { return Order{ID: id, Buyer: id, Quantity: 2, Hold: time.Minute} }
+		if _, err := c.Reserve(ctx, item, two("d")); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("d: %v, want ErrSoldOut", err)
+		}
+		waitPast(t, rdb, last.Deadline)
+		f.On(redistest.HasArg("e-order")).LoseReply(errDied).Times(1)
+		if _, err := c.Reserve(ctx, item, Order{ID: "e-order", Buyer: "e", Quantity: 1, Hold: time.Minute}); !errors.Is(err, errDied) {
+			t.Fatalf("e: %v, want the lost reply", err)
+		}
+		if r, err := c.Reserve(ctx, item, two("f")); err != nil {
+			t.Fatalf("f's 2 units, swept back by e: %+v %v, want them, not the mark", r, err)
+		}
+	})
+}
+
 func TestAConfirmWhoseReplyIsLostAfterGivingBackAnExpiredHoldClearsTheMark(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
