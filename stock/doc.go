@@ -187,8 +187,8 @@
 // large: an order too large for what is left does not turn away smaller
 // ones that still fit. Units that come back through the same Counter clear
 // it at once: a Cancel, Confirm, Sweep, Restock or Create, and a Reserve
-// whose scripts returned expired holds on its way (a walk over other
-// buckets, or a replay, counts as one); a refusal sent before they came
+// whose scripts returned expired holds on its way (a replay, or a Reserve
+// whose reply was lost, counts as one); a refusal sent before they came
 // back marks nothing. Others are offered again within the TTL of the
 // refused Reserve's start, however long its answer took. While it answers,
 // a retry of an order that did get its units is answered ErrSoldOut too
