@@ -250,38 +250,6 @@ func TestASoldOutAnsweredAfterUnitsCameBackOnEveryWalkMarksNothing(t *testing.T)
 	})
 }
 
-func TestAReservationThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
-	// Three units, three holds: an order of two is refused and marks the
-	// item for orders of two or more. The holds run out; an order of one,
-	// which the mark lets through, returns them on its way. The next order
-	// of two must find the two units left, not the mark.
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		rdb := b.Client(t)
-		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
-		item := newItem(t, c, Item{Total: 3})
-		var last Reservation
-		for _, id := range []string{"a", "b", "c"} {
-			r, err := c.Reserve(ctx, item, Order{ID: id, Buyer: id, Quantity: 1, Hold: shortHold})
-			if err != nil {
-				t.Fatal(err)
-			}
-			last = r
-		}
-		two := func(id string) Order { return Order{ID: id, Buyer: id, Quantity: 2, Hold: time.Minute} }
-		if _, err := c.Reserve(ctx, item, two("d")); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("an order of two while all three are held: %v, want ErrSoldOut", err)
-		}
-		waitPast(t, rdb, last.Deadline)
-		if _, err := c.Reserve(ctx, item, order("e", "e")); err != nil {
-			t.Fatalf("an order of one after the holds ran out: %v", err)
-		}
-		if r, err := c.Reserve(ctx, item, two("f")); err != nil || r.State != Held {
-			t.Fatalf("an order of two with two units back: %+v %v, want them, not the mark", r, err)
-		}
-	})
-}
-
 func TestABuyerLimitRefusalThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 	// Four units, two per buyer. a and b hold one each, briefly; z holds
 	// two; d's order of two is refused and marks orders of two or more.
@@ -481,69 +449,55 @@ func TestARefusedWalkThatSweptStopsAnOlderRefusalFromMarking(t *testing.T) {
 	})
 }
 
-func TestAReserveAnsweredByItsOwnResendStillClearsTheSoldOutMark(t *testing.T) {
-	// e's reservation sweeps three expired holds back; its reply is lost
-	// and go-redis resends it, which replays e. The units came back all
-	// the same: an order of two must get them, not the mark.
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		f, rdb, c := cachingCounter(t, b)
-		item := newItem(t, c, Item{Total: 3})
-		if err := rdb.ScriptLoad(ctx, reserveScript.Source()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		var last Reservation
-		for _, id := range []string{"a", "b", "c"} {
-			r, err := c.Reserve(ctx, item, Order{ID: id, Buyer: id, Quantity: 1, Hold: shortHold})
-			if err != nil {
-				t.Fatal(err)
-			}
-			last = r
-		}
-		two := func(id string) Order { return Order{ID: id, Buyer: id, Quantity: 2, Hold: time.Minute} }
-		if _, err := c.Reserve(ctx, item, two("d")); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("d: %v, want ErrSoldOut", err)
-		}
-		waitPast(t, rdb, last.Deadline)
-		f.On(redistest.HasArg("e-order")).Resend().Times(1)
-		if r, err := c.Reserve(ctx, item, Order{ID: "e-order", Buyer: "e", Quantity: 1, Hold: time.Minute}); err != nil || !r.Replayed {
-			t.Fatalf("e: %+v %v, want a replay of its own reservation", r, err)
-		}
-		if r, err := c.Reserve(ctx, item, two("f")); err != nil {
-			t.Fatalf("f's 2 units, swept back by e: %+v %v, want them, not the mark", r, err)
-		}
-	})
-}
-
-func TestAReserveWhoseReplyIsLostAfterSweepingClearsTheSoldOutMark(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		f, rdb, c := cachingCounter(t, b)
-		item := newItem(t, c, Item{Total: 3})
-		if err := rdb.ScriptLoad(ctx, reserveScript.Source()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		var last Reservation
-		for _, id := range []string{"a", "b", "c"} {
-			r, err := c.Reserve(ctx, item, Order{ID: id, Buyer: id, Quantity: 1, Hold: shortHold})
-			if err != nil {
-				t.Fatal(err)
-			}
-			last = r
-		}
-		two := func(id string) Order { return Order{ID: id, Buyer: id, Quantity: 2, Hold: time.Minute} }
-		if _, err := c.Reserve(ctx, item, two("d")); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("d: %v, want ErrSoldOut", err)
-		}
-		waitPast(t, rdb, last.Deadline)
-		f.On(redistest.HasArg("e-order")).LoseReply(errDied).Times(1)
-		if _, err := c.Reserve(ctx, item, Order{ID: "e-order", Buyer: "e", Quantity: 1, Hold: time.Minute}); !errors.Is(err, errDied) {
-			t.Fatalf("e: %v, want the lost reply", err)
-		}
-		if r, err := c.Reserve(ctx, item, two("f")); err != nil {
-			t.Fatalf("f's 2 units, swept back by e: %+v %v, want them, not the mark", r, err)
-		}
-	})
+func TestAReservationThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
+	// Three units, three holds: an order of two is refused and marks the
+	// item for orders of two or more. The holds run out; e's order of one,
+	// which the mark lets through, returns them on its way, and its reply
+	// arrives, or is lost: go-redis resends it (which replays e), or e's
+	// caller gets the error. The units came back all the same: the next
+	// order of two must get them, not the mark.
+	for _, tc := range []struct {
+		name   string
+		fault  func(*redistest.Rule) *redistest.Rule
+		answer func(Reservation, error) bool
+	}{
+		{"answered", nil, func(r Reservation, err error) bool { return err == nil && !r.Replayed }},
+		{"resent", (*redistest.Rule).Resend, func(r Reservation, err error) bool { return err == nil && r.Replayed }},
+		{"lost", func(r *redistest.Rule) *redistest.Rule { return r.LoseReply(errDied) }, func(_ Reservation, err error) bool { return errors.Is(err, errDied) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				f, rdb, c := cachingCounter(t, b)
+				item := newItem(t, c, Item{Total: 3})
+				if err := rdb.ScriptLoad(ctx, reserveScript.Source()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				var last Reservation
+				for _, id := range []string{"a", "b", "c"} {
+					r, err := c.Reserve(ctx, item, Order{ID: id, Buyer: id, Quantity: 1, Hold: shortHold})
+					if err != nil {
+						t.Fatal(err)
+					}
+					last = r
+				}
+				two := func(id string) Order { return Order{ID: id, Buyer: id, Quantity: 2, Hold: time.Minute} }
+				if _, err := c.Reserve(ctx, item, two("d")); !errors.Is(err, ErrSoldOut) {
+					t.Fatalf("d: %v, want ErrSoldOut", err)
+				}
+				waitPast(t, rdb, last.Deadline)
+				if tc.fault != nil {
+					tc.fault(f.On(redistest.HasArg("e-order"))).Times(1)
+				}
+				if r, err := c.Reserve(ctx, item, Order{ID: "e-order", Buyer: "e", Quantity: 1, Hold: time.Minute}); !tc.answer(r, err) {
+					t.Fatalf("e: %+v %v", r, err)
+				}
+				if r, err := c.Reserve(ctx, item, two("f")); err != nil {
+					t.Fatalf("f's 2 units, swept back by e: %+v %v, want them, not the mark", r, err)
+				}
+			})
+		})
+	}
 }
 
 func TestAConfirmWhoseReplyIsLostAfterGivingBackAnExpiredHoldClearsTheMark(t *testing.T) {
