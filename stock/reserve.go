@@ -174,7 +174,7 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 	}
 	r := Reservation{OrderID: o.ID, Quantity: o.Quantity}
 	switch res[0] {
-	case codeReserved, codeEmpty, codeBuyerLimit:
+	case codeReserved, codeEmpty, codeBuyerLimit, codeClaimed:
 		if res[3] == 1 {
 			*back = true // reserve.lua's sweeps put units back
 		}
@@ -240,7 +240,9 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 		res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, false))
 		if err != nil {
 			// The claim ends at its deadline; a hold taken by a lost reply
-			// ends with it, unless a retry settles onto it first.
+			// ends with it, unless a retry settles onto it first. The take
+			// may have swept, too.
+			*back = true
 			return Reservation{}, mayBeReserved(o, err)
 		}
 		if (res[0] == codeReserved && len(res) > 1 && res[1] == 1) || (res[0] == codeEmpty && len(res) > 2 && res[2] == 1) {
@@ -432,7 +434,10 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 	res, err := c.call(ctx, item, settleScript, append(args, o.ID, drop, l.n))
 	if err != nil {
 		// Not why: the settle may have run, and found the claim settled by
-		// another call or (holdAtHome) held the units here.
+		// another call or (holdAtHome) held the units here, after a sweep.
+		if over == holdAtHome {
+			*back = true
+		}
 		return Reservation{}, mayBeReserved(o, err)
 	}
 	if over == holdAtHome && (res[0] == codeReserved || res[0] == codeEmpty) && len(res) > 1 && res[1] == 1 {

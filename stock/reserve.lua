@@ -35,7 +35,7 @@
 --                                 past its deadline is ended instead (as the
 --                                 sweep would) and the order replayed as
 --                                 returned: {2, deadline, -1, 3}
---   {-5, deadline}                not enough stock here: the units are
+--   {-5, deadline, 0, swept}      not enough stock here: the units are
 --                                 claimed against the buyer until deadline;
 --                                 take them from another bucket (take.lua)
 --                                 and settle the claim here (settle.lua)
@@ -257,12 +257,12 @@ for i = 0, count - 1 do
   decide(i, 4 * i + 1)
 end
 flush()
--- A new answer's last integer (reserved, refused or limited) says whether
--- the batch's sweeps put units back: the caller's sold-out cache must then
--- forget what it knew. (A claimed order's walk counts as if they did.)
+-- A new answer's last integer (reserved, refused, limited or claimed)
+-- says whether the batch's sweeps put units back: the caller's sold-out
+-- cache must then forget what it knew.
 if swept then
   for r = 1, 4 * count, 4 do
-    if reply[r] == 1 or reply[r] == -1 or reply[r] == -2 then
+    if reply[r] == 1 or reply[r] == -1 or reply[r] == -2 or reply[r] == -5 then
       reply[r + 3] = 1
     end
   end

@@ -449,6 +449,58 @@ func TestARefusedWalkThatSweptStopsAnOlderRefusalFromMarking(t *testing.T) {
 	})
 }
 
+func TestAHomeThatSweptBeforeClaimingStopsAnOlderRefusalFromMarking(t *testing.T) {
+	// As TestARefusedWalkThatSweptStopsAnOlderRefusalFromMarking, but b is
+	// homed in bucket 1: its own reserve.lua sweeps the expired hold back
+	// there, then claims (5 units do not fit) and walks on.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f, rdb, c, item, h := bucket1RunsOut(t, b)
+		const n = 2
+		l := c.layoutFor(item, n)
+		inBucket1, isA := takeIn(l, 1), redistest.HasArg("a-order")
+		lastLook := f.On(func(cmd redis.Cmder) bool { return inBucket1(cmd) && isA(cmd) && isLook(cmd) }).HoldReply().Times(1)
+		t.Cleanup(lastLook.Release)
+		a := make(chan error, 1)
+		go func() {
+			_, err := c.Reserve(ctx, item, Order{ID: "a-order", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute})
+			a <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "a's last look to have run", func() bool { return lastLook.Hits() == 1 })
+		waitPast(t, rdb, h.Deadline)
+		if _, err := c.Reserve(ctx, item, Order{ID: "b-order", Buyer: buyerHomedAt(1, n, "bob"), Quantity: 5, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("b: %v, want ErrSoldOut", err)
+		}
+		lastLook.Release()
+		if err := <-a; !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("a: %v, want ErrSoldOut", err)
+		}
+		if r, err := c.Reserve(ctx, item, Order{ID: "c-order", Buyer: buyerHomedAt(0, n, "cat"), Quantity: 1, Hold: time.Minute}); err != nil {
+			t.Fatalf("c, with 3 units back in bucket 1: %+v %v, want one, not a's stale mark", r, err)
+		}
+	})
+}
+
+func TestAWalksTakeWhoseReplyIsLostAfterSweepingClearsTheSoldOutMark(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f, rdb, c, item, h := bucket1RunsOut(t, b)
+		const n = 2
+		l := c.layoutFor(item, n)
+		if _, err := c.Reserve(ctx, item, Order{ID: "d", Buyer: buyerHomedAt(0, n, "d"), Quantity: 2, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("d: %v, want ErrSoldOut", err)
+		}
+		waitPast(t, rdb, h.Deadline)
+		f.On(takeIn(l, 1)).LoseReply(errDied).Times(1)
+		if _, err := c.Reserve(ctx, item, Order{ID: "a", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute}); !errors.Is(err, errDied) {
+			t.Fatalf("alice: %v, want the lost reply", err)
+		}
+		if r, err := c.Reserve(ctx, item, Order{ID: "e", Buyer: buyerHomedAt(1, n, "e"), Quantity: 2, Hold: time.Minute}); err != nil {
+			t.Fatalf("e's 2 units, swept back in bucket 1 by alice's take: %+v %v, want them, not the mark", r, err)
+		}
+	})
+}
+
 func TestAReservationThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 	// Three units, three holds: an order of two is refused and marks the
 	// item for orders of two or more. The holds run out; e's order of one,
