@@ -418,67 +418,41 @@ func TestAResumedWalkThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 
 func TestARefusedWalkThatSweptStopsAnOlderRefusalFromMarking(t *testing.T) {
 	// Two buckets. a's walk has been refused in Redis (its last look has
-	// run) but not answered yet. Bucket 1's hold runs out; b's walk, for 5
-	// units, sweeps its 3 back in bucket 1 and is refused. a's refusal,
-	// older than that sweep, must not mark orders of one unit.
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		f, rdb, c, item, h := bucket1RunsOut(t, b)
-		const n = 2
-		l := c.layoutFor(item, n)
-		inBucket1, isA := takeIn(l, 1), redistest.HasArg("a-order")
-		lastLook := f.On(func(cmd redis.Cmder) bool { return inBucket1(cmd) && isA(cmd) && isLook(cmd) }).HoldReply().Times(1)
-		t.Cleanup(lastLook.Release)
-		a := make(chan error, 1)
-		go func() {
-			_, err := c.Reserve(ctx, item, Order{ID: "a-order", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute})
-			a <- err
-		}()
-		redistest.WaitFor(t, 10*time.Second, "a's last look to have run", func() bool { return lastLook.Hits() == 1 })
-		waitPast(t, rdb, h.Deadline)
-		if _, err := c.Reserve(ctx, item, Order{ID: "b-order", Buyer: buyerHomedAt(0, n, "bob"), Quantity: 5, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("b: %v, want ErrSoldOut", err)
-		}
-		lastLook.Release()
-		if err := <-a; !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("a: %v, want ErrSoldOut", err)
-		}
-		if r, err := c.Reserve(ctx, item, Order{ID: "c-order", Buyer: buyerHomedAt(0, n, "cat"), Quantity: 1, Hold: time.Minute}); err != nil {
-			t.Fatalf("c, with 3 units back in bucket 1: %+v %v, want one, not a's stale mark", r, err)
-		}
-	})
-}
-
-func TestAHomeThatSweptBeforeClaimingStopsAnOlderRefusalFromMarking(t *testing.T) {
-	// As TestARefusedWalkThatSweptStopsAnOlderRefusalFromMarking, but b is
-	// homed in bucket 1: its own reserve.lua sweeps the expired hold back
-	// there, then claims (5 units do not fit) and walks on.
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		f, rdb, c, item, h := bucket1RunsOut(t, b)
-		const n = 2
-		l := c.layoutFor(item, n)
-		inBucket1, isA := takeIn(l, 1), redistest.HasArg("a-order")
-		lastLook := f.On(func(cmd redis.Cmder) bool { return inBucket1(cmd) && isA(cmd) && isLook(cmd) }).HoldReply().Times(1)
-		t.Cleanup(lastLook.Release)
-		a := make(chan error, 1)
-		go func() {
-			_, err := c.Reserve(ctx, item, Order{ID: "a-order", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute})
-			a <- err
-		}()
-		redistest.WaitFor(t, 10*time.Second, "a's last look to have run", func() bool { return lastLook.Hits() == 1 })
-		waitPast(t, rdb, h.Deadline)
-		if _, err := c.Reserve(ctx, item, Order{ID: "b-order", Buyer: buyerHomedAt(1, n, "bob"), Quantity: 5, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("b: %v, want ErrSoldOut", err)
-		}
-		lastLook.Release()
-		if err := <-a; !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("a: %v, want ErrSoldOut", err)
-		}
-		if r, err := c.Reserve(ctx, item, Order{ID: "c-order", Buyer: buyerHomedAt(0, n, "cat"), Quantity: 1, Hold: time.Minute}); err != nil {
-			t.Fatalf("c, with 3 units back in bucket 1: %+v %v, want one, not a's stale mark", r, err)
-		}
-	})
+	// run) but not answered yet. Bucket 1's hold runs out; b's order of 5
+	// units sweeps its 3 back in bucket 1 and is refused: from its walk's
+	// take there (b homed in bucket 0), or from its own home's reserve.lua
+	// before it claims and walks (b homed in bucket 1). a's refusal, older
+	// than that sweep, must not mark orders of one unit.
+	for _, bHome := range []int{0, 1} {
+		t.Run(fmt.Sprint("b homed in ", bHome), func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				f, rdb, c, item, h := bucket1RunsOut(t, b)
+				const n = 2
+				l := c.layoutFor(item, n)
+				inBucket1, isA := takeIn(l, 1), redistest.HasArg("a-order")
+				lastLook := f.On(func(cmd redis.Cmder) bool { return inBucket1(cmd) && isA(cmd) && isLook(cmd) }).HoldReply().Times(1)
+				t.Cleanup(lastLook.Release)
+				a := make(chan error, 1)
+				go func() {
+					_, err := c.Reserve(ctx, item, Order{ID: "a-order", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute})
+					a <- err
+				}()
+				redistest.WaitFor(t, 10*time.Second, "a's last look to have run", func() bool { return lastLook.Hits() == 1 })
+				waitPast(t, rdb, h.Deadline)
+				if _, err := c.Reserve(ctx, item, Order{ID: "b-order", Buyer: buyerHomedAt(bHome, n, "bob"), Quantity: 5, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
+					t.Fatalf("b: %v, want ErrSoldOut", err)
+				}
+				lastLook.Release()
+				if err := <-a; !errors.Is(err, ErrSoldOut) {
+					t.Fatalf("a: %v, want ErrSoldOut", err)
+				}
+				if r, err := c.Reserve(ctx, item, Order{ID: "c-order", Buyer: buyerHomedAt(0, n, "cat"), Quantity: 1, Hold: time.Minute}); err != nil {
+					t.Fatalf("c, with 3 units back in bucket 1: %+v %v, want one, not a's stale mark", r, err)
+				}
+			})
+		})
+	}
 }
 
 func TestAWalksTakeWhoseReplyIsLostAfterSweepingClearsTheSoldOutMark(t *testing.T) {
