@@ -206,9 +206,7 @@ func TestAClaimSettledAfterItsDeadlineIsReturned(t *testing.T) {
 	// the home after the deadline, once the hold has been returned.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		item, alice := claimItem(t, c)
 		settle := f.On(redistest.Script(settleScript.Hash())).Hold()
 		type outcome struct {
@@ -307,9 +305,7 @@ func TestARetryFindsTheUnitsItsFirstAttemptTookBeforeTakingMore(t *testing.T) {
 	// bucket 2's hold, not take bucket 1's unit as well.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		const n = 3
 		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
 		l := c.layoutFor(item, n)
@@ -538,9 +534,7 @@ func TestAClaimThatRanOutNoLongerCountsAgainstItsBuyer(t *testing.T) {
 	// refused for the per-buyer limit: the claim's unit is hers no more.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		item, alice := claimItem(t, c)
 		f.On(redistest.Script(takeScript.Hash())).Fail(errDied).Times(1)
 		a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: shortHold}
@@ -565,9 +559,7 @@ func TestASettleOntoAnotherCallsHoldReportsThatHoldsDeadline(t *testing.T) {
 	// O's hold. A must report D1, when that hold ends, not D2.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		const n = 2
 		item := newItem(t, c, Item{Total: 2, Buckets: n})
 		l := c.layoutFor(item, n)
@@ -693,9 +685,7 @@ func TestADropThatFindsAnotherCallsSettleReportsItsHoldsDeadline(t *testing.T) {
 	// O's hold, until D1, as B did.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		const n = 2
 		item := newItem(t, c, Item{Total: 2, Buckets: n})
 		l := c.layoutFor(item, n)
@@ -735,9 +725,7 @@ func TestASettleOntoAHoldThatEndedMeanwhileIsToldSo(t *testing.T) {
 	// held until a deadline that has passed.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		const n = 2
 		item := newItem(t, c, Item{Total: 2, Buckets: n})
 		l := c.layoutFor(item, n)
@@ -781,9 +769,7 @@ func TestTheHomesLastLookGetsBackManyExpiredHolds(t *testing.T) {
 	// look must return them all, not sixteen, and hold the order there.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		const n, units = 2, 40
 		item := newItem(t, c, Item{Total: units * n, Buckets: n})
 		l := c.layoutFor(item, n)
@@ -829,9 +815,7 @@ func TestTheHomesLastLookGetsBackManyExpiredHolds(t *testing.T) {
 func TestAReserveThatGivesUpAfterAClaimStepRanSaysTheOutcomeIsUnknown(t *testing.T) {
 	for _, step := range []*script.Script{takeScript, settleScript} {
 		redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-			f := redistest.NewFaults()
-			rdb := b.Client(t, f)
-			c := newCounter(t, rdb)
+			f, rdb, c := faultyCounter(t, b)
 			item, alice := claimItem(t, c)
 			if err := rdb.ScriptLoad(context.Background(), step.Source()).Err(); err != nil {
 				t.Fatal(err)
@@ -867,9 +851,7 @@ func TestAReserveThatGivesUpAfterAClaimStepRanSaysTheOutcomeIsUnknown(t *testing
 func TestARetryOfAnOrderSoldElsewhereWhoseNewsIsLateSaysSold(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		item, alice := claimItem(t, c)
 		a1 := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: shortHold}
 		r, err := c.Reserve(ctx, item, a1)
@@ -923,9 +905,7 @@ func TestALateSettleOntoAnotherCallsHoldThatRanOutIsNotReportedHeld(t *testing.T
 func TestASettleThatLostGivesItsHoldBackEvenIfAskingTheWinnersBucketFails(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		const n = 3
 		item := newItem(t, c, Item{Total: 3, Buckets: n})
 		l := c.layoutFor(item, n)

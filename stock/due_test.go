@@ -34,9 +34,7 @@ func TestABatchsHoldsComeBackFromOneDueMemberUpToMaxASweep(t *testing.T) {
 	// member behind.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		item := newItem(t, c, Item{Total: 100})
 		warm(t, c, item)
 		fl := fillFlight(t, f, c, item)
@@ -202,9 +200,7 @@ func TestASweepCutShortLeavesAReusedIdsNewerMemberAlone(t *testing.T) {
 	// returned.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f := redistest.NewFaults()
-		rdb := b.Client(t, f)
-		c := newCounter(t, rdb)
+		f, rdb, c := faultyCounter(t, b)
 		const n = 2
 		item := newItem(t, c, Item{Total: 8, Buckets: n})
 		l := c.layoutFor(item, n)

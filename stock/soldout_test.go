@@ -355,13 +355,10 @@ func TestARefusalThatSweptExpiredHoldsClearsASmallerSoldOutMark(t *testing.T) {
 	})
 }
 
-// cachingCounter returns a Counter with a sold-out cache of an hour, and
-// the faults its client goes through.
+// cachingCounter is faultyCounter with a sold-out cache of an hour.
 func cachingCounter(t *testing.T, b *redistest.Backend) (*redistest.Faults, redis.UniversalClient, *Counter) {
 	t.Helper()
-	f := redistest.NewFaults()
-	rdb := b.Client(t, f)
-	return f, rdb, newCounter(t, rdb, WithSoldOutCache(time.Hour))
+	return faultyCounter(t, b, WithSoldOutCache(time.Hour))
 }
 
 // bucket1RunsOut makes an item of two buckets of 3 units, on a Counter

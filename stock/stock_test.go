@@ -24,6 +24,15 @@ func newCounter(t *testing.T, rdb RedisClient, opts ...Option) *Counter {
 	return c
 }
 
+// faultyCounter returns a Counter on b whose client goes through the
+// returned faults, and that client.
+func faultyCounter(t *testing.T, b *redistest.Backend, opts ...Option) (*redistest.Faults, redis.UniversalClient, *Counter) {
+	t.Helper()
+	f := redistest.NewFaults()
+	rdb := b.Client(t, f)
+	return f, rdb, newCounter(t, rdb, opts...)
+}
+
 // newItem creates a fresh item and returns its name.
 func newItem(t *testing.T, c *Counter, spec Item) string {
 	t.Helper()
