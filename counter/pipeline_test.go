@@ -407,24 +407,8 @@ func TestATakeThatMeetsTryAgainInAClusterPipelineCountsNoOtherTwice(t *testing.T
 
 	// Three more keys on the source, in stable slots: two to hold the
 	// node's places in flight, one for the other Take.
-	var others []Limit
-	for i := 0; len(others) < 3; i++ {
-		l := Limit{Key: fmt.Sprint(redistest.Key(t), ":", i), Cap: 10, TTL: time.Hour}
-		key := DefaultPrefix + "{" + l.Key + "}"
-		m, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Options().Addr == src && hashtag.Slot(key) != hashtag.Slot(drawsKey) {
-			others = append(others, l)
-		}
-	}
-	release := redistest.HoldEach(t, f, script.NodePipelinesInFlight, func(i int) redistest.Match {
-		return redistest.HasArg(DefaultPrefix + "{" + others[i].Key + "}")
-	}, c.pipeline.Queued, func(i int) error {
-		_, err := c.Incr(ctx, others[i], 1)
-		return err
-	})
+	others := limitsOn(t, cc, src, hashtag.Slot(drawsKey), script.NodePipelinesInFlight+1)
+	release := holdNodeFlight(t, ctx, f, c, others[:script.NodePipelinesInFlight])
 	// The two Takes queue behind the held places, the migrating one
 	// first: they leave in one pipeline, in that order.
 	queue := func(queued int, ops ...Op) chan takeResult {
@@ -436,7 +420,7 @@ func TestATakeThatMeetsTryAgainInAClusterPipelineCountsNoOtherTwice(t *testing.T
 		return out
 	}
 	migrating := queue(1, Op{Limit: draws, N: 1}, Op{Limit: wins, N: 1})
-	other := queue(2, Op{Limit: others[2], N: 1})
+	other := queue(2, Op{Limit: others[script.NodePipelinesInFlight], N: 1})
 	release()
 	if r := <-migrating; r.err == nil || !strings.Contains(r.err.Error(), "TRYAGAIN") {
 		t.Fatalf("the Take in the migrating slot: %+v %v, want TRYAGAIN", r.out, r.err)
@@ -444,7 +428,7 @@ func TestATakeThatMeetsTryAgainInAClusterPipelineCountsNoOtherTwice(t *testing.T
 	if r := <-other; r.err != nil || r.out.Counts[0].Value != 1 {
 		t.Fatalf("the other Take: %+v %v, want it counted once", r.out, r.err)
 	}
-	if got, err := c.Get(ctx, others[2]); err != nil || got.Value != 1 {
+	if got, err := c.Get(ctx, others[script.NodePipelinesInFlight]); err != nil || got.Value != 1 {
 		t.Fatalf("the other count: %+v %v, want 1: one Take of 1, counted once", got, err)
 	}
 }
@@ -466,27 +450,12 @@ func TestAClusterPipelineRunsWithTheDynamicCommandInfoResolver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var ls []Limit
-	node := ""
-	for i := 0; len(ls) < script.NodePipelinesInFlight+2; i++ {
-		l := Limit{Key: fmt.Sprint(redistest.Key(t), ":", i), Cap: 10, TTL: time.Hour}
-		m, err := cc.MasterForKey(ctx, DefaultPrefix+"{"+l.Key+"}")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if node == "" {
-			node = m.Options().Addr
-		}
-		if m.Options().Addr == node {
-			ls = append(ls, l)
-		}
+	master, err := cc.MasterForKey(ctx, redistest.Key(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	release := redistest.HoldEach(t, f, script.NodePipelinesInFlight, func(i int) redistest.Match {
-		return redistest.HasArg(DefaultPrefix + "{" + ls[i].Key + "}")
-	}, c.pipeline.Queued, func(i int) error {
-		_, err := c.Incr(ctx, ls[i], 1)
-		return err
-	})
+	ls := limitsOn(t, cc, master.Options().Addr, -1, script.NodePipelinesInFlight+2)
+	release := holdNodeFlight(t, ctx, f, c, ls[:script.NodePipelinesInFlight])
 	var outs []chan error
 	for i, l := range ls[script.NodePipelinesInFlight:] {
 		out := make(chan error, 1)
@@ -502,4 +471,36 @@ func TestAClusterPipelineRunsWithTheDynamicCommandInfoResolver(t *testing.T) {
 			t.Errorf("take %d of the pipeline: %v", i, err)
 		}
 	}
+}
+
+// limitsOn returns n limits of keys that live on the cluster master at
+// addr, in slots other than avoid (-1 for none).
+func limitsOn(t *testing.T, cc *redis.ClusterClient, addr string, avoid, n int) []Limit {
+	t.Helper()
+	var ls []Limit
+	for i := 0; len(ls) < n; i++ {
+		l := Limit{Key: fmt.Sprint(redistest.Key(t), ":", i), Cap: 10, TTL: time.Hour}
+		key := DefaultPrefix + "{" + l.Key + "}"
+		m, err := cc.MasterForKey(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == addr && hashtag.Slot(key) != avoid {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// holdNodeFlight is fillFlight for a Client of a cluster: it holds the
+// node's places in flight with one lone Incr of each of limits (keys of
+// one master), so that the calls for that node after them queue.
+func holdNodeFlight(t *testing.T, ctx context.Context, f *redistest.Faults, c *Client, limits []Limit) (release func()) {
+	t.Helper()
+	return redistest.HoldEach(t, f, len(limits), func(i int) redistest.Match {
+		return redistest.HasArg(DefaultPrefix + "{" + limits[i].Key + "}")
+	}, c.pipeline.Queued, func(i int) error {
+		_, err := c.Incr(ctx, limits[i], 1)
+		return err
+	})
 }
