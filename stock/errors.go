@@ -43,6 +43,11 @@ var (
 	// created, deleted, or expired).
 	ErrUnknownItem = errors.New("stock: no such item")
 
+	// ErrIncomplete is returned by Levels, Audit and Sweep when the item's
+	// bucket 0 exists but another of its buckets does not: a Create or a
+	// Delete of the item is under way, or failed part-way (retry it).
+	ErrIncomplete = errors.New("stock: item is missing a bucket")
+
 	// ErrItemConflict is returned by Create when the item exists with
 	// another number of buckets or per-buyer limit.
 	ErrItemConflict = errors.New("stock: item exists with other settings")

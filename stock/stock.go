@@ -395,7 +395,7 @@ func (c *Counter) eachBucket(ctx context.Context, item string, f func(*layout, b
 				// Two walks over the same layout found a bucket gone: the
 				// item is half made or half deleted, not changing. Not
 				// ErrUnknownItem: bucket 0 takes orders meanwhile.
-				return fmt.Errorf("stock: %q: a bucket of %d is missing: a Create or Delete of the item is under way, or failed part-way (retry it)", item, l.n)
+				return fmt.Errorf("%w: %q, one of %d buckets (a Create or Delete is under way, or failed part-way: retry it)", ErrIncomplete, item, l.n)
 			}
 			gone = l.n
 		}
