@@ -528,6 +528,54 @@ func TestTheHomeLooksAtItsOwnStockAgainBeforeSoldOut(t *testing.T) {
 	}
 }
 
+func TestALastLookAfterTheClaimsDeadlineIsReturnedNotSoldOut(t *testing.T) {
+	// Both buckets are sold out. alice's Reserve claims in her home (1),
+	// bucket 0 refuses, and her home's last look reaches Redis only after
+	// the claim's deadline, while a cancel has given a unit back: in her
+	// home, or in bucket 0. settle.lua then ends the claim without looking
+	// at the home's stock. The home never refused, so this is no sold-out:
+	// the hold's time ran out while reserving (ErrReturned). Nor may a
+	// walk started again for the refilled bucket 0 find the order's own
+	// returned record and answer a new order as a replay.
+	for _, back := range []string{"home", "bucket 0"} {
+		t.Run("unit back in "+back, func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				f, rdb, c := faultyCounter(t, b)
+				item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: 2})
+				alice, carol, bob := buyerHomedAt(1, 2, "alice"), buyerHomedAt(1, 2, "carol"), buyerHomedAt(0, 2, "bob")
+				for _, o := range []Order{order("c1", carol), order("b1", bob)} {
+					if _, err := c.Reserve(ctx, item, o); err != nil {
+						t.Fatal(err)
+					}
+				}
+				settle := f.On(redistest.Script(settleScript.Hash())).Hold()
+				type outcome struct {
+					r   Reservation
+					err error
+				}
+				done := make(chan outcome, 1)
+				go func() {
+					r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold})
+					done <- outcome{r, err}
+				}()
+				redistest.WaitFor(t, 5*time.Second, "the home's last look", func() bool { return settle.Hits() >= 1 })
+				cancel := Order{ID: "c1", Buyer: carol}
+				if back == "bucket 0" {
+					cancel = Order{ID: "b1", Buyer: bob}
+				}
+				if err := newCounter(t, b.Client(t)).Cancel(ctx, item, cancel.ID, cancel.Buyer); err != nil {
+					t.Fatal(err)
+				}
+				waitPast(t, rdb, redisNow(t, rdb).Add(claimHold))
+				settle.Release()
+				got := <-done
+				wantReturned(t, c, item, alice, got.r, got.err)
+			})
+		})
+	}
+}
+
 func TestAClaimThatRanOutNoLongerCountsAgainstItsBuyer(t *testing.T) {
 	// alice's first order died after its claim in her home (the empty
 	// bucket 1), and the claim ran out unswept. Her next order must not be
