@@ -95,7 +95,8 @@ type MonthView struct {
 //
 // Any day may be signed in, a future one included: the caller decides
 // which day is the user's today. A day whose calendar would already have
-// expired (CalendarRetentionDays after its month) is ErrInvalid.
+// expired (CalendarRetentionDays after its month, by the Client's clock
+// or by Redis's) is ErrInvalid.
 func (c *Client) SignIn(ctx context.Context, user string, day time.Time) (bool, error) {
 	return c.mark(ctx, "sign in", user, day, SignedIn, marks(1<<Unmarked))
 }
@@ -141,6 +142,10 @@ func (c *Client) mark(ctx context.Context, op, user string, day time.Time, to Ma
 	}
 	if len(res) != 2 {
 		return false, fmt.Errorf("counter: %s %q: %d integers in reply, want 2", op, user, len(res))
+	}
+	if res[0] < 0 {
+		return false, fmt.Errorf("%w: calendar %q: %s is older than the calendar keeps (%d days after its month, by Redis's clock)",
+			ErrInvalid, user, day.Format(time.DateOnly), CalendarRetentionDays)
 	}
 	return res[1] == 1, nil
 }

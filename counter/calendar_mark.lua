@@ -17,6 +17,7 @@
 -- Reply: {previous mark, changed}: changed is 1 if the day now has the
 -- new mark, 0 if it kept the previous one. A resend whose first run made
 -- the change (the stored token is ARGV[5]) replies as that run did.
+-- {-1, 0} when Redis's clock has passed the expiry: nothing is written.
 --
 -- Why a whole-string GET and SET, and arithmetic: miniredis has neither
 -- BITFIELD nor Lua's bit library, and one byte holds the whole field (four
@@ -26,6 +27,14 @@ local key = KEYS[1]
 local field = tonumber(ARGV[1])
 local new, mask = tonumber(ARGV[2]), tonumber(ARGV[3])
 local token = ARGV[5]
+
+-- The caller checked the expiry by its own clock, but PXAT is judged by
+-- Redis's: from a clock behind it, a day at the edge of the retention
+-- would be marked in a key Redis drops at once, and reported marked.
+local t = redis.call('TIME')
+if tonumber(ARGV[4]) <= t[1] * 1000 + math.floor(t[2] / 1000) then
+  return {-1, 0}
+end
 
 local s = redis.call('GET', key) or ''
 local at = math.floor(field / 4)

@@ -401,6 +401,48 @@ func TestBadCalendarCallsNeverReachRedis(t *testing.T) {
 	}
 }
 
+func TestADayPastTheRetentionByRedissClockIsNotMarked(t *testing.T) {
+	// The Client's clock is 40 days behind Redis's. A day whose calendar
+	// expires between the two passes the Client's check; Redis would
+	// drop the month the moment it was written. The script refuses it by
+	// Redis's clock: the mark must not be reported made.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		const lag = 40 * 24 * time.Hour
+		c := newClient(t, b.Client(t), WithClock(func() time.Time { return time.Now().Add(-lag) }))
+		ctx := context.Background()
+		user := redistest.Key(t)
+		now := time.Now()
+		// Month expiries are at most 31 days apart, so one lies inside the
+		// 40 days between the clocks, with an hour to spare at each end.
+		var day time.Time
+		for m := now.AddDate(0, -20, 0); m.Before(now) && day.IsZero(); m = m.AddDate(0, 1, 0) {
+			first := time.Date(m.Year(), m.Month(), 1, 12, 0, 0, 0, time.UTC)
+			_, exp, err := c.calendarKey(user, first.Year(), first.Month())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exp.After(now.Add(-lag).Add(time.Hour)) && exp.Before(now.Add(-time.Hour)) {
+				day = first
+			}
+		}
+		if day.IsZero() {
+			t.Fatal("no month's calendar expires between the two clocks")
+		}
+		for name, mark := range map[string]func() (bool, error){
+			"sign in": func() (bool, error) { return c.SignIn(ctx, user, day) },
+			"make up": func() (bool, error) { return c.MakeUp(ctx, user, day) },
+		} {
+			if ok, err := mark(); ok || !errors.Is(err, ErrInvalid) {
+				t.Errorf("%s %s: %v %v, want ErrInvalid", name, day.Format(time.DateOnly), ok, err)
+			}
+		}
+		mv, err := c.Month(ctx, user, day.Year(), day.Month())
+		if err != nil || mv.Total != 0 {
+			t.Fatalf("the month: %+v %v, want nothing marked", mv, err)
+		}
+	})
+}
+
 func TestCalendarReportsRedisErrors(t *testing.T) {
 	broken := errors.New("connection reset")
 	f := redistest.NewFaults()
