@@ -907,8 +907,8 @@ func TestARetryOfAnOrderSoldElsewhereWhoseNewsIsLateSaysSold(t *testing.T) {
 			t.Fatalf("alice: %+v %v, want her unit held in bucket 0", r, err)
 		}
 		f.On(redistest.Script(mirrorScript.Hash())).Fail(errDied).Times(1)
-		if err := c.Confirm(ctx, item, "a1", alice); !errors.Is(err, errDied) {
-			t.Fatalf("Confirm: %v, want it sold in bucket 0 and the news to the home lost", err)
+		if err := c.Confirm(ctx, item, "a1", alice); err != nil {
+			t.Fatalf("Confirm: %v, want it sold in bucket 0 (the news to the home lost)", err)
 		}
 		waitPast(t, rdb, r.Deadline)
 		again, err := c.Reserve(ctx, item, a1)
@@ -917,6 +917,48 @@ func TestARetryOfAnOrderSoldElsewhereWhoseNewsIsLateSaysSold(t *testing.T) {
 		}
 		wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
 	})
+}
+
+// alice's order is held in bucket 0, her home is bucket 1. Confirm (or
+// Cancel) decides in bucket 0, and telling the home fails. The answer is
+// the decision: an error would read as "not confirmed", and a paid order
+// be refunded. The news waits in bucket 0's outbox, and a Sweep delivers
+// it.
+func TestAConfirmOrCancelWhoseNewsFailsAnswersTheDecision(t *testing.T) {
+	for _, confirm := range []bool{true, false} {
+		t.Run(fmt.Sprintf("confirm=%v", confirm), func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				f, _, c := faultyCounter(t, b)
+				item, alice := claimItem(t, c)
+				if r, err := c.Reserve(ctx, item, order("a1", alice)); err != nil || r.Bucket != 0 {
+					t.Fatalf("alice: %+v %v, want her unit held in bucket 0", r, err)
+				}
+				news := f.On(redistest.Script(mirrorScript.Hash())).Fail(errDied).Times(1)
+				finish, want := c.Confirm, Levels{Total: 1, Sold: 1}
+				if !confirm {
+					finish, want = c.Cancel, Levels{Total: 1, Available: 1}
+				}
+				if err := finish(ctx, item, "a1", alice); err != nil || news.Hits() != 1 {
+					t.Fatalf("%v after %d failed news, want nil: the holding bucket decided", err, news.Hits())
+				}
+				wantLevels(t, c, item, want)
+				if a := mustAudit(t, c, item); a.Buckets[0].Outbox != 1 {
+					t.Fatalf("bucket 0's outbox: %d entries, want the news kept for the home", a.Buckets[0].Outbox)
+				}
+				if confirm {
+					if _, err := c.Sweep(ctx, item, 10); err != nil {
+						t.Fatal(err)
+					}
+					if a := mustAudit(t, c, item); a.Buckets[0].Outbox != 0 {
+						t.Fatalf("after the sweep: %+v, want the news delivered", a)
+					}
+					return
+				}
+				wantReleased(t, c, item, alice)
+			})
+		})
+	}
 }
 
 // A resumed reservation finds the hold its first attempt took in bucket

@@ -153,7 +153,12 @@
 // (the first call is at work, or died mid-way) resumes it. It first asks every other bucket whether it holds the order already
 // (the first call may have taken the units and lost the reply), all in one
 // pipeline, and settles onto such a hold; only then does it ask for units.
-// The first settle wins, and a call that loses gives back what it took. If
+// The first settle wins, and a call that loses gives back what it took.
+// One race of overlapping calls is left: a call that lost because the
+// other dropped the claim gives its hold back while the other, walking
+// again, has just found that hold and settles onto it. The other then
+// reports the order held, though it is returned: Confirm answers
+// ErrReturned, and the books stay right. If
 // nobody resumes, the claim and any units taken end at the deadline like any
 // hold; so do units a first call took after its retry had looked and before
 // the first call died, the one case in which an order holds units in two
@@ -162,10 +167,11 @@
 // answered as pending: settle and Reserve end it as the sweep would, a
 // bucket whose hold for it ended does not offer that hold again, and the
 // order is reported returned. Confirm and Cancel of such an order decide on
-// the bucket holding the units and then tell the home; the sweep tells the
-// home about holds it returned through the outbox, so a crash cannot lose
-// the news, only delay it (until then the buyer's count stays high, never
-// low). News for an order whose claim is still open stays in the outbox
+// the bucket holding the units and then tell the home (if telling it fails,
+// they answer the decision all the same, and the news waits in the
+// outbox); the sweep tells the home about holds it returned through the
+// outbox, so a crash cannot lose the news, only delay it (until then the
+// buyer's count stays high, never low). News for an order whose claim is still open stays in the outbox
 // until the claim is settled or ends. The home heeds only the bucket it
 // recorded as holding the units. Until the news arrives the home's record
 // is behind, so a retry of an order the home records as held in another

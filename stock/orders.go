@@ -31,7 +31,11 @@ func checkRef(item, orderID, buyer string) error {
 // order again returns nil.
 //
 // Confirm, Cancel and Sweep decide on the bucket that holds the units, in
-// one script each, so exactly one of them wins for an order.
+// one script each, so exactly one of them wins for an order. When that is
+// not the buyer's home bucket, the home is told next; if telling it fails,
+// the answer is still the decision, and the news waits in the holding
+// bucket's outbox for the next Sweep. Until then a cancelled order still
+// counts against its buyer's limit.
 func (c *Counter) Confirm(ctx context.Context, item, orderID, buyer string) error {
 	err := c.finish(ctx, item, orderID, buyer, confirmScript, "S")
 	switch {
@@ -59,8 +63,8 @@ func (c *Counter) Cancel(ctx context.Context, item, orderID, buyer string) error
 		// cache empty.
 	default:
 		// Cleared on other errors too: one may come after the units went
-		// back (the news to the buyer's home bucket failed), and a
-		// needless clear costs one order a trip to Redis.
+		// back (a lost reply), and a needless clear costs one order a
+		// trip to Redis.
 		c.clearSoldOut(item)
 	}
 	return err
@@ -112,7 +116,12 @@ func (c *Counter) finishOnce(ctx context.Context, item, orderID, buyer string, s
 			final = "S"
 		}
 		if err := c.deliver(ctx, item, l, k, orderID, h, final); err != nil {
-			return errors.Join(outcome, err)
+			// The holding bucket has decided, and its outbox keeps the
+			// news until the home applies it (the next Sweep, or a retry
+			// of this call): the caller's answer is the decision. A
+			// transport error here would read as "not confirmed", and a
+			// paid, sold order be refunded.
+			return outcome
 		}
 	}
 	return outcome
