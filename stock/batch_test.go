@@ -78,6 +78,17 @@ type outcome struct {
 	err error
 }
 
+// reserveAsync starts c.Reserve(ctx, item, o) and returns where its
+// outcome arrives.
+func reserveAsync(ctx context.Context, c *Counter, item string, o Order) <-chan outcome {
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := c.Reserve(ctx, item, o)
+		done <- outcome{r, err}
+	}()
+	return done
+}
+
 func TestCallsThatArriveWhileTheFlightIsFullGoTogetherInTheNext(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		f := redistest.NewFaults()

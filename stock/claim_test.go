@@ -168,15 +168,7 @@ func TestAResumedClaimDoesNotSettleOntoAHoldReturnedMeanwhile(t *testing.T) {
 		f, rdb, c, item, alice, _ := crashBeforeSettle(t, b)
 		claimed := redisNow(t, rdb)
 		take := f.On(redistest.Script(takeScript.Hash())).Hold()
-		type outcome struct {
-			r   Reservation
-			err error
-		}
-		retry := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute})
-			retry <- outcome{r, err}
-		}()
+		retry := reserveAsync(ctx, c, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute})
 		redistest.WaitFor(t, 5*time.Second, "the retry to resume the claim", func() bool { return take.Hits() >= 1 })
 		waitPast(t, rdb, claimed.Add(claimHold))
 		sweepDiesAfterBucket0(t, c, f, item)
@@ -209,15 +201,7 @@ func TestAClaimSettledAfterItsDeadlineIsReturned(t *testing.T) {
 		f, rdb, c := faultyCounter(t, b)
 		item, alice := claimItem(t, c)
 		settle := f.On(redistest.Script(settleScript.Hash())).Hold()
-		type outcome struct {
-			r   Reservation
-			err error
-		}
-		first := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold})
-			first <- outcome{r, err}
-		}()
+		first := reserveAsync(ctx, c, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold})
 		redistest.WaitFor(t, 5*time.Second, "Reserve to settle", func() bool { return settle.Hits() >= 1 })
 		waitPast(t, rdb, redisNow(t, rdb).Add(claimHold))
 		sweepDiesAfterBucket0(t, c, f, item)
@@ -550,15 +534,7 @@ func TestALastLookAfterTheClaimsDeadlineIsReturnedNotSoldOut(t *testing.T) {
 					}
 				}
 				settle := f.On(redistest.Script(settleScript.Hash())).Hold()
-				type outcome struct {
-					r   Reservation
-					err error
-				}
-				done := make(chan outcome, 1)
-				go func() {
-					r, err := c.Reserve(ctx, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold})
-					done <- outcome{r, err}
-				}()
+				done := reserveAsync(ctx, c, item, Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold})
 				redistest.WaitFor(t, 5*time.Second, "the home's last look", func() bool { return settle.Hits() >= 1 })
 				cancel := Order{ID: "c1", Buyer: carol}
 				if back == "bucket 0" {
@@ -617,11 +593,7 @@ func TestASettleOntoAnotherCallsHoldReportsThatHoldsDeadline(t *testing.T) {
 		pauseO, doneO := pausedBeforeTake(t, f, c, item, l, x)
 		waitPast(t, rdb, claimed.Add(time.Second))
 		pauseDrop := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
-		doneA := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, x)
-			doneA <- outcome{r, err}
-		}()
+		doneA := reserveAsync(ctx, c, item, x)
 		redistest.WaitFor(t, 10*time.Second, "A's drop to be paused", func() bool { return pauseDrop.Hits() == 1 })
 		if err := c.Cancel(ctx, item, "b1", ben); err != nil {
 			t.Fatal(err)
@@ -739,11 +711,7 @@ func TestADropThatFindsAnotherCallsSettleReportsItsHoldsDeadline(t *testing.T) {
 		l := c.layoutFor(item, n)
 		x, pauseO, doneO := orphanOfX(t, f, rdb, c, item, l, 3*time.Second, 500*time.Millisecond)
 		pauseDrop := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
-		doneA2 := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, x)
-			doneA2 <- outcome{r, err}
-		}()
+		doneA2 := reserveAsync(ctx, c, item, x)
 		redistest.WaitFor(t, 10*time.Second, "A2's drop to be paused", func() bool { return pauseDrop.Hits() == 1 })
 		if err := c.Cancel(ctx, item, "b1", buyerHomedAt(1, n, "ben")); err != nil {
 			t.Fatal(err)
@@ -791,11 +759,7 @@ func TestASettleOntoAHoldThatEndedMeanwhileIsToldSo(t *testing.T) {
 			t.Fatalf("O: %v, want it dead before settling", err)
 		}
 		pauseB := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
-		doneB := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, x)
-			doneB <- outcome{r, err}
-		}()
+		doneB := reserveAsync(ctx, c, item, x)
 		redistest.WaitFor(t, 10*time.Second, "B's settle to be paused", func() bool { return pauseB.Hits() == 1 })
 		waitPast(t, rdb, time.UnixMilli(heldUntil(t, rdb, l, 1, "x")))
 		pauseB.Release()
@@ -842,11 +806,7 @@ func TestTheHomesLastLookGetsBackManyExpiredHolds(t *testing.T) {
 			t.Fatalf("warm-up: %v, want sold out", err)
 		}
 		pause := f.On(takeIn(l, 1)).Hold().Times(1)
-		done := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, Order{ID: "big", Buyer: buyerHomedAt(0, n, "bo"), Quantity: units, Hold: time.Minute})
-			done <- outcome{r, err}
-		}()
+		done := reserveAsync(ctx, c, item, Order{ID: "big", Buyer: buyerHomedAt(0, n, "bo"), Quantity: units, Hold: time.Minute})
 		redistest.WaitFor(t, 10*time.Second, "the take in bucket 1 to be paused", func() bool { return pause.Hits() == 1 })
 		waitPast(t, rdb, last)
 		pause.Release()
@@ -970,11 +930,7 @@ func TestALateSettleOntoAnotherCallsHoldThatRanOutIsNotReportedHeld(t *testing.T
 		ctx := context.Background()
 		f, rdb, c, item, _, a1 := crashBeforeSettle(t, b)
 		paused := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
-		late := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, a1)
-			late <- outcome{r, err}
-		}()
+		late := reserveAsync(ctx, c, item, a1)
 		redistest.WaitFor(t, 5*time.Second, "the resumer to reach settle", func() bool { return paused.Hits() == 1 })
 		won, err := newCounter(t, b.Client(t)).Reserve(ctx, item, a1)
 		if err != nil || won.Bucket != 0 || won.State != Held {
@@ -1013,11 +969,7 @@ func TestASettleThatLostGivesItsHoldBackEvenIfAskingTheWinnersBucketFails(t *tes
 		}
 		a1 := Order{ID: "a1", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Hour}
 		paused := f.On(takeIn(l, 2)).Hold().Times(1)
-		first := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, a1)
-			first <- outcome{r, err}
-		}()
+		first := reserveAsync(ctx, c, item, a1)
 		redistest.WaitFor(t, 10*time.Second, "O's take in bucket 2 to be paused", func() bool { return paused.Hits() == 1 })
 		if err := c.Cancel(ctx, item, "b1", bob); err != nil {
 			t.Fatal(err)

@@ -175,11 +175,7 @@ func TestSoldOutIsAnsweredOnlyIfEveryBucketWasEmptyAtOnce(t *testing.T) {
 			}
 		}
 		paused := f.On(takeIn(l, 2)).Hold().Times(1)
-		got := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, order("x", buyerHomedAt(0, n, "bob")))
-			got <- outcome{r, err}
-		}()
+		got := reserveAsync(ctx, c, item, order("x", buyerHomedAt(0, n, "bob")))
 		redistest.WaitFor(t, 10*time.Second, "bob's take in bucket 2 to be paused", func() bool { return paused.Hits() == 1 })
 		if err := c.Cancel(ctx, item, "b1", ben); err != nil {
 			t.Fatal(err)
@@ -650,15 +646,7 @@ func TestAReserveWhoseClaimEndedGivesBackWhatItTookAndClearsTheSoldOutMark(t *te
 		held := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
 		t.Cleanup(held.Release)
 		alice := buyerHomedAt(0, n, "alice")
-		type outcome struct {
-			r   Reservation
-			err error
-		}
-		done := make(chan outcome, 1)
-		go func() {
-			r, err := c.Reserve(ctx, item, Order{ID: "a", Buyer: alice, Quantity: 1, Hold: shortHold})
-			done <- outcome{r, err}
-		}()
+		done := reserveAsync(ctx, c, item, Order{ID: "a", Buyer: alice, Quantity: 1, Hold: shortHold})
 		redistest.WaitFor(t, 10*time.Second, "alice to be about to settle", func() bool { return held.Hits() == 1 })
 		if _, err := c.Reserve(ctx, item, order("b", buyerHomedAt(0, n, "bob"))); !errors.Is(err, ErrSoldOut) {
 			t.Fatalf("bob, within alice's hold: %v, want ErrSoldOut", err)
