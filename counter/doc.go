@@ -215,5 +215,6 @@
 //
 // A Client is safe for concurrent use. Every method takes a context first;
 // a call that fails because its context ended returns an error that wraps
-// ctx.Err(). Bad arguments wrap ErrInvalid and never reach Redis.
+// ctx.Err(). Bad arguments wrap ErrInvalid and never reach Redis (but for
+// a calendar day past the retention by Redis's clock alone: see SignIn).
 package counter

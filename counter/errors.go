@@ -12,7 +12,8 @@ var (
 	// ErrInvalid is wrapped by every error about a bad argument: an empty
 	// key, a negative cap, a count below 1, a window without a time zone,
 	// keys of one Take call without a common hash tag. Such calls never
-	// reach Redis.
+	// reach Redis, except a calendar mark of a day that Redis's clock,
+	// not the Client's, puts past the retention (SignIn).
 	ErrInvalid = errors.New("counter: invalid argument")
 
 	// ErrConflict is returned by CompareAndSet and CompareAndDelete when

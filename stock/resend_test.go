@@ -104,3 +104,32 @@ func TestAResentSweepStillClearsTheSoldOutMark(t *testing.T) {
 		}
 	})
 }
+
+// bob's Reserve of a bucketed item that sold out ends with his home's last
+// look, which drops the claim and forgets the order. go-redis resends it
+// after a lost reply, and the second run finds no record: that is still a
+// refusal, not a claim that ran out (ErrReturned), and a new try of the
+// order is refused as well.
+func TestAResentLastLookOfASoldOutOrderIsSoldOut(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f := redistest.NewFaults()
+		c := newCounter(t, b.Client(t, f))
+		const n = 2
+		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
+		ann, ben, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
+		for _, o := range []Order{order("a0", ann), order("b1", ben)} {
+			if _, err := c.Reserve(ctx, item, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resent := resendOnce(t, b, f, settleScript)
+		if _, err := c.Reserve(ctx, item, order("x", bob)); !errors.Is(err, ErrSoldOut) || resent.Hits() != 1 {
+			t.Fatalf("bob, whose last look was resent (%d times): %v, want ErrSoldOut", resent.Hits(), err)
+		}
+		if _, err := c.Reserve(ctx, item, order("x", bob)); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("bob again: %v, want ErrSoldOut", err)
+		}
+		wantLevels(t, c, item, Levels{Total: 2, Held: 2})
+	})
+}

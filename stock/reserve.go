@@ -446,10 +446,13 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 	if over == holdAtHome && res[0] == codeReserved {
 		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: h, Replayed: resumed}, nil
 	}
-	if over == holdAtHome && res[0] == codeClaimOver && len(res) >= 3 && res[1] < 0 {
+	if over == holdAtHome && res[0] == codeClaimOver && len(res) >= 4 && res[1] < 0 && res[3] > 0 {
 		// The claim's deadline passed before the last look ran: settle.lua
-		// ended it (keeping the order as returned) without looking at the
-		// home's stock, so the home never refused and this is no sold-out.
+		// (or a sweep) ended it, keeping the order as returned, without
+		// looking at the home's stock, so the home never refused and this
+		// is no sold-out. (No record at all, deadline 0, is a claim
+		// dropped as refused: by this call's first run, whose reply was
+		// lost, or by an overlapping attempt; sold out stands.)
 		return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
 	}
 	if res[0] == codeClaimOver && len(res) >= 3 && res[1] >= 0 && int(res[1]) != over {
