@@ -20,7 +20,7 @@ for i = 1, #all, 2 do
     orders[#orders + 1] = R.decode(v)
   elseif kind == 'b:' then
     counted[id] = tonumber(v)
-  else
+  elseif kind ~= 'a:' then
     f[name] = tonumber(v)
   end
 end

@@ -235,15 +235,14 @@ func raceToSettle(t *testing.T, c *Counter, rdb RedisClient) (item, alice string
 	l = c.layoutFor(item, n)
 	o = Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
 	for _, k := range []int{1, 2} {
-		args := append(takeScript.Args(3, 10), l.buckets[k].keys[:]...)
-		if res, err := takeScript.Ints(ctx, rdb, append(args, o.ID, alice, 1, deadline, 0, n, "0")); err != nil || res[0] != codeReserved {
+		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, k, 0, o, deadline, fmt.Sprint("walk", k))); err != nil || res[0] != codeReserved {
 			t.Fatalf("take in %d: %v %v", k, res, err)
 		}
 	}
-	if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false); err != nil || r.Bucket != 2 {
+	if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false, "walk2"); err != nil || r.Bucket != 2 {
 		t.Fatalf("first settle: %+v %v", r, err)
 	}
-	r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true)
+	r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true, "walk1")
 	if err != nil || r.Bucket != 2 || !r.Replayed {
 		t.Fatalf("losing settle: %+v %v; want the winner's reservation", r, err)
 	}
@@ -285,7 +284,7 @@ func TestACallThatSettlesOntoAHoldThatEndedIsToldItWasReturned(t *testing.T) {
 		if err := c.Cancel(ctx, item, o.ID, alice); err != nil {
 			t.Fatal(err)
 		}
-		if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, true); !errors.Is(err, ErrReturned) {
+		if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, true, "late"); !errors.Is(err, ErrReturned) {
 			t.Fatalf("the late settle: %+v %v, want ErrReturned", r, err)
 		}
 		mustAudit(t, c, item)

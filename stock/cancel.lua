@@ -5,6 +5,9 @@
 -- ARGV[1]  order id
 -- ARGV[2]  buyer
 -- ARGV[3]  the number of buckets the caller routed with
+-- ARGV[4]  (optional) a Reserve walk's token: it gives back a hold it took
+--          for a claim it then lost (reserve.go's settle), unless another
+--          walk has taken the hold over since (take.lua)
 --
 -- Reply, an array of integers:
 --   {1}            returned (now, or already before)
@@ -13,6 +16,7 @@
 --   {-9}           no such order for this buyer
 --   {-10, bucket}  this is the buyer's home, the units are in bucket: ask it
 --   {-12}          the order was sold (confirmed) before
+--   {-14}          (with ARGV[4]) another walk took the hold over: kept
 --   {-6, n} / {-7} route again with n buckets / no such item
 local R = records()
 local self, limit, _, err = R.check_bucket(ARGV[3])
@@ -42,6 +46,12 @@ if r.st == R.SOLD then
 end
 if r.stock ~= self then
   return {-10, r.stock}
+end
+if ARGV[4] then
+  local taker = redis.call('HGET', KEYS[1], 'a:' .. order)
+  if taker and taker ~= ARGV[4] then
+    return {-14}
+  end
 end
 R.give_back(order, r, self, limit)
 return {1}

@@ -230,14 +230,13 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 			t.Fatalf("claim: %v %v", res, err)
 		}
 		deadline := res[1]
-		targs := append(takeScript.Args(3, 10), l.buckets[0].keys[:]...)
-		if res, err := takeScript.Ints(ctx, rdb, append(targs, o.ID, alice, 1, deadline, 1, 2, "0")); err != nil || res[0] != codeReserved {
+		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, "first")); err != nil || res[0] != codeReserved {
 			t.Fatalf("take: %v %v", res, err)
 		}
 		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut, nil); !errors.Is(err, ErrSoldOut) {
 			t.Fatalf("the refusing call: %v", err)
 		}
-		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true); !errors.Is(err, ErrReturned) {
+		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true, "first"); !errors.Is(err, ErrReturned) {
 			t.Fatalf("the call that held the unit: %v, want ErrReturned", err)
 		}
 		if _, err := c.Sweep(ctx, item, 10); err != nil { // the home has no order to apply the news to
@@ -248,6 +247,60 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 			t.Fatalf("the retry: %+v %v, want ErrReturned", r, err)
 		}
 		wantReleased(t, c, item, alice)
+	})
+}
+
+func TestAHoldTakenOverByAnotherAttemptIsNotGivenBackUnderIt(t *testing.T) {
+	// Two attempts of alice's order overlap. B claimed in her home (1) and
+	// took bucket 0's unit; A, refused everywhere just before, dropped the
+	// claim. B's settle finds the claim gone and is about to give its hold
+	// back when A, walking again, claims afresh, finds B's hold in bucket
+	// 0 and settles onto it. B must leave the hold to A: A's answer, held,
+	// must be true, and Confirm sell the unit.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		l := c.layoutFor(item, 2)
+		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+		args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
+		res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds()))
+		if err != nil || res[0] != codeClaimed {
+			t.Fatalf("B's claim: %v %v", res, err)
+		}
+		deadline := res[1]
+		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, "B")); err != nil || res[0] != codeReserved {
+			t.Fatalf("B's take: %v %v", res, err)
+		}
+		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut, nil); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("A's drop: %v", err)
+		}
+		fB, _, cB := faultyCounter(t, b)
+		giveBack := fB.On(redistest.Script(cancelScript.Hash())).Hold()
+		doneB := make(chan error, 1)
+		go func() {
+			_, err := cB.settle(ctx, item, cB.layoutFor(item, 2), 1, 0, o, deadline, true, "B")
+			doneB <- err
+		}()
+		redistest.WaitFor(t, 10*time.Second, "B to give its hold back", func() bool { return giveBack.Hits() >= 1 })
+		fA, _, cA := faultyCounter(t, b)
+		settleA := fA.On(redistest.Script(settleScript.Hash())).Hold()
+		doneA := reserveAsync(ctx, cA, item, o)
+		redistest.WaitFor(t, 10*time.Second, "A to settle onto B's hold", func() bool { return settleA.Hits() >= 1 })
+		giveBack.Release()
+		if err := <-doneB; !errors.Is(err, errTakenOver) {
+			t.Fatalf("B: %v, want the hold left to the other attempt", err)
+		}
+		settleA.Release()
+		if a := <-doneA; a.err != nil || a.r.State != Held || a.r.Bucket != 0 {
+			t.Fatalf("A: %+v %v, want the order held in bucket 0", a.r, a.err)
+		}
+		if err := c.Confirm(ctx, item, o.ID, alice); err != nil {
+			t.Fatalf("Confirm of A's reservation: %v", err)
+		}
+		wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
+		mustAudit(t, c, item)
 	})
 }
 
@@ -331,9 +384,10 @@ type lookCounter struct {
 	alone, pipelines, piped atomic.Int64
 }
 
+// isLook matches take.lua's looks: ARGV[7] "1", before the token.
 func isLook(cmd redis.Cmder) bool {
 	args := cmd.Args()
-	return redistest.Script(takeScript.Hash())(cmd) && args[len(args)-1] == "1"
+	return redistest.Script(takeScript.Hash())(cmd) && args[len(args)-2] == "1"
 }
 
 func (lc *lookCounter) DialHook(next redis.DialHook) redis.DialHook { return next }

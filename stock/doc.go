@@ -153,12 +153,11 @@
 // (the first call is at work, or died mid-way) resumes it. It first asks every other bucket whether it holds the order already
 // (the first call may have taken the units and lost the reply), all in one
 // pipeline, and settles onto such a hold; only then does it ask for units.
-// The first settle wins, and a call that loses gives back what it took.
-// One race of overlapping calls is left: a call that lost because the
-// other dropped the claim gives its hold back while the other, walking
-// again, has just found that hold and settles onto it. The other then
-// reports the order held, though it is returned: Confirm answers
-// ErrReturned, and the books stay right. If
+// The first settle wins, and a call that loses gives back what it took,
+// unless another call has taken that hold over meanwhile: one that found
+// the claim refused, dropped it, walked again and found the hold (take
+// marks it as its own). The loser then leaves the hold to it and answers
+// that the order may have been reserved. If
 // nobody resumes, the claim and any units taken end at the deadline like any
 // hold; so do units a first call took after its retry had looked and before
 // the first call died, the one case in which an order holds units in two

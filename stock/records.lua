@@ -15,7 +15,10 @@
 --                   the Create call that made the bucket: create.lua);
 --                   "o:<order id>" -> order record (see below);
 --                   "b:<buyer>" -> units held, sold or claimed by the
---                   buyer's orders homed here (only with a limit)
+--                   buyer's orders homed here (only with a limit);
+--                   "a:<order id>" -> the token of the Reserve walk that
+--                   last took over this bucket's hold for the order from
+--                   another attempt of it (take.lua; rare)
 --   KEYS[2] due     zset: the deadline in ms (Redis TIME) of each hold whose
 --                   units are here and of each claim homed here, scored by
 --                   it. A member is the order id, or the ids of one batch's

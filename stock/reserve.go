@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -151,6 +152,11 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order, back 
 	}
 }
 
+// errTakenOver says that a hold this call took, for a claim it found
+// dropped, has been taken over by another attempt of the order walking
+// again, which settles onto it.
+var errTakenOver = errors.New("another attempt of the order took over its hold")
+
 // errRefilled says that a bucket that refused an order got units back
 // before every bucket had refused it (refilledSince).
 var errRefilled = errors.New("a bucket got units back during the walk")
@@ -224,20 +230,23 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 // the reply, so every bucket is first asked whether it holds the order
 // (take.lua), all at once.
 func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool, back *bool) (Reservation, error) {
+	// The walk's token marks the holds it takes over from other attempts
+	// of the order (take.lua), and its give-backs (settle).
+	tok := rand.Text()
 	if resumed {
 		k, res, err := c.lookElsewhere(ctx, item, l, h, o, deadline)
 		if err != nil {
 			return Reservation{}, mayBeReserved(o, err)
 		}
 		if res != nil {
-			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
+			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, tok, res)
 		}
 	}
 	// refused[k] is bucket k's count of returns when it refused.
 	refused := make([]int64, l.n)
 	for i := 1; i < l.n; i++ {
 		k := (h + i) % l.n
-		res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, false))
+		res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, tok))
 		if err != nil {
 			// The claim ends at its deadline; a hold taken by a lost reply
 			// ends with it, unless a retry settles onto it first. The take
@@ -249,7 +258,7 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 			*back = true // take.lua's sweep put units back in k
 		}
 		if res[0] != codeEmpty {
-			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, res)
+			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, tok, res)
 		}
 		if len(res) > 1 {
 			refused[k] = res[1]
@@ -282,7 +291,7 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 func (c *Counter) lookAll(ctx context.Context, l *layout, h int, o Order, deadline int64) ([][]any, [][]int64, []error) {
 	args := make([][]any, l.n-1)
 	for i := range args {
-		args[i] = takeArgs(l, (h+1+i)%l.n, h, o, deadline, true)
+		args[i] = takeArgs(l, (h+1+i)%l.n, h, o, deadline, "")
 	}
 	if p, ok := c.rdb.(script.Pipeliner); ok {
 		replies, errs := takeScript.IntsEach(ctx, p, args)
@@ -331,8 +340,9 @@ func (c *Counter) refilledSince(ctx context.Context, item string, l *layout, h i
 }
 
 // tookElsewhere acts on bucket k's take.lua reply res, one that ends the
-// walk: settle the claim onto k's hold, or drop it and say why.
-func (c *Counter) tookElsewhere(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool, res []int64) (Reservation, error) {
+// walk whose token is tok: settle the claim onto k's hold, or drop it and
+// say why.
+func (c *Counter) tookElsewhere(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool, tok string, res []int64) (Reservation, error) {
 	switch res[0] {
 	case codeOrderTaken:
 		return c.dropClaim(ctx, item, l, h, -1, o, deadline, resumed, fmt.Errorf("%w: %q", ErrOrderConflict, o.ID), nil)
@@ -347,32 +357,30 @@ func (c *Counter) tookElsewhere(ctx context.Context, item string, l *layout, h, 
 		if res[0] == codeReplayed && len(res) > 2 {
 			deadline = res[2]
 		}
-		return c.settle(ctx, item, l, h, k, o, deadline, resumed)
+		return c.settle(ctx, item, l, h, k, o, deadline, resumed, tok)
 	}
 	return Reservation{}, fmt.Errorf("stock: take %q: unexpected reply %v", item, res)
 }
 
-// takeArgs returns take.lua's command for bucket k: look for order o, or
-// take its units, for the claim in home bucket h until deadline.
-func takeArgs(l *layout, k, h int, o Order, deadline int64, look bool) []any {
-	args := append(takeScript.Args(3, 10), l.buckets[k].keys[:]...)
-	return append(args, o.ID, o.Buyer, o.Quantity, deadline, h, l.n, lookArg(look))
-}
-
-// lookArg is take.lua's ARGV[7]: look for the order, or take its units.
-func lookArg(look bool) string {
-	if look {
-		return "1"
+// takeArgs returns take.lua's command for bucket k, for the claim of order
+// o in home bucket h until deadline: take its units for the walk whose
+// token is tok, or, with tok "", look for the order only.
+func takeArgs(l *layout, k, h int, o Order, deadline int64, tok string) []any {
+	args := append(takeScript.Args(3, 11), l.buckets[k].keys[:]...)
+	look := "0"
+	if tok == "" {
+		look = "1"
 	}
-	return "0"
+	return append(args, o.ID, o.Buyer, o.Quantity, deadline, h, l.n, look, tok)
 }
 
 // settle records in the home bucket that bucket k holds the order's units
 // until deadline. If another call settled the claim first, with the same
 // bucket this call's hold is that reservation; with another bucket, or if
 // the claim ended meanwhile (its deadline passed: it was swept, or
-// settle.lua ends it), the units taken from k are given back.
-func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool) (Reservation, error) {
+// settle.lua ends it), the units taken from k are given back, unless a
+// walk other than this one (token tok) has taken the hold over since.
+func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool, tok string) (Reservation, error) {
 	args := append(settleScript.Args(3, 7), l.buckets[h].keys[:]...)
 	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n, deadline))
 	if err != nil {
@@ -390,9 +398,16 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 		if settled != k {
 			// This call's hold in k is not the order's: give it back
 			// first, whatever the order's own hold turns out to be.
-			cargs := append(cancelScript.Args(3, 6), l.buckets[k].keys[:]...)
-			if _, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n)); err != nil {
+			cargs := append(cancelScript.Args(3, 7), l.buckets[k].keys[:]...)
+			res, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n, tok))
+			if err != nil {
 				return Reservation{}, mayBeReserved(o, err)
+			}
+			if res[0] == codeTakenOver {
+				// Another attempt of the order, walking again after the
+				// claim was dropped, is settling onto this hold: it
+				// answers for the order.
+				return Reservation{}, mayBeReserved(o, errTakenOver)
 			}
 			c.clearSoldOut(item) // the units taken from k are back
 		}
@@ -480,7 +495,7 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 // whether the hold ran out unconfirmed. If k does not know the order as
 // o, the home's word stands.
 func (c *Counter) standing(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64) (State, int64, error) {
-	res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, true))
+	res, err := c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, ""))
 	switch {
 	case err != nil:
 		return 0, 0, err

@@ -76,4 +76,5 @@ const (
 	codeReturned     = -11
 	codeSold         = -12
 	codeTooMany      = -13
+	codeTakenOver    = -14
 )

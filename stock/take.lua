@@ -10,6 +10,7 @@
 -- ARGV[6]  the number of buckets the caller routed with
 -- ARGV[7]  '1' to only look for the order here (a resumed claim, below),
 --          '0' to take the units
+-- ARGV[8]  taking: the token of the caller's walk, random (see below)
 --
 -- Reply, an array of integers (ret: the bucket's count of returns, see
 -- records.lua):
@@ -35,6 +36,12 @@
 -- would then hold the order's units twice, the first hold keeping them from
 -- every buyer until the deadline.
 --
+-- A take that finds the order already held here (another attempt of the
+-- order took the units) takes the hold over: it stores its token in field
+-- "a:<order id>". That attempt may be about to give the hold back, having
+-- found its claim dropped; its give-back (cancel.lua with its own token)
+-- then leaves the hold alone, since this caller is settling onto it.
+--
 -- A hold here that has ended is not replayed: the caller would settle the
 -- claim onto it and report units held that are back in stock, and the
 -- home, which cannot apply the news of a return while the claim is open
@@ -52,6 +59,9 @@ if c[3] then
     return {-3}
   end
   if r.st == R.SOLD or (r.st == R.HELD and r.deadline > now) then
+    if r.st == R.HELD and ARGV[7] ~= '1' then
+      redis.call('HSET', KEYS[1], 'a:' .. order, ARGV[8])
+    end
     return {2, R.STATE_CODE[r.st], r.deadline}
   end
   return {-8}
