@@ -250,58 +250,111 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 	})
 }
 
+// bHoldsAndLosesItsClaim sets up two overlapping attempts of alice's
+// order o (claimItem). B claimed in her home (1) and took bucket 0's unit;
+// A, refused everywhere just before, dropped the claim. B's settle finds
+// the claim gone, and its give-back of the hold is held back until the
+// caller releases the returned rule; B's error arrives on the channel.
+func bHoldsAndLosesItsClaim(t *testing.T, b *redistest.Backend, c *Counter, item, alice string, o Order) (<-chan error, *redistest.Rule) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := b.Client(t)
+	l := c.layoutFor(item, 2)
+	args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
+	res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds()))
+	if err != nil || res[0] != codeClaimed {
+		t.Fatalf("B's claim: %v %v", res, err)
+	}
+	deadline := res[1]
+	if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, "B")); err != nil || res[0] != codeReserved {
+		t.Fatalf("B's take: %v %v", res, err)
+	}
+	if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut, nil); !errors.Is(err, ErrSoldOut) {
+		t.Fatalf("A's drop: %v", err)
+	}
+	fB, _, cB := faultyCounter(t, b)
+	giveBack := fB.On(redistest.Script(cancelScript.Hash())).Hold()
+	doneB := make(chan error, 1)
+	go func() {
+		_, err := cB.settle(ctx, item, cB.layoutFor(item, 2), 1, 0, o, deadline, true, "B")
+		doneB <- err
+	}()
+	redistest.WaitFor(t, 10*time.Second, "B to give its hold back", func() bool { return giveBack.Hits() >= 1 })
+	return doneB, giveBack
+}
+
 func TestAHoldTakenOverByAnotherAttemptIsNotGivenBackUnderIt(t *testing.T) {
-	// Two attempts of alice's order overlap. B claimed in her home (1) and
-	// took bucket 0's unit; A, refused everywhere just before, dropped the
-	// claim. B's settle finds the claim gone and is about to give its hold
-	// back when A, walking again, claims afresh, finds B's hold in bucket
-	// 0 and settles onto it. B must leave the hold to A: A's answer, held,
-	// must be true, and Confirm sell the unit.
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		rdb := b.Client(t)
-		c := newCounter(t, rdb)
-		item, alice := claimItem(t, c)
-		l := c.layoutFor(item, 2)
-		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
-		args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
-		res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds()))
-		if err != nil || res[0] != codeClaimed {
-			t.Fatalf("B's claim: %v %v", res, err)
-		}
-		deadline := res[1]
-		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, "B")); err != nil || res[0] != codeReserved {
-			t.Fatalf("B's take: %v %v", res, err)
-		}
-		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut, nil); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("A's drop: %v", err)
-		}
-		fB, _, cB := faultyCounter(t, b)
-		giveBack := fB.On(redistest.Script(cancelScript.Hash())).Hold()
-		doneB := make(chan error, 1)
-		go func() {
-			_, err := cB.settle(ctx, item, cB.layoutFor(item, 2), 1, 0, o, deadline, true, "B")
-			doneB <- err
-		}()
-		redistest.WaitFor(t, 10*time.Second, "B to give its hold back", func() bool { return giveBack.Hits() >= 1 })
-		fA, _, cA := faultyCounter(t, b)
-		settleA := fA.On(redistest.Script(settleScript.Hash())).Hold()
-		doneA := reserveAsync(ctx, cA, item, o)
-		redistest.WaitFor(t, 10*time.Second, "A to settle onto B's hold", func() bool { return settleA.Hits() >= 1 })
-		giveBack.Release()
-		if err := <-doneB; !errors.Is(err, errTakenOver) {
-			t.Fatalf("B: %v, want the hold left to the other attempt", err)
-		}
-		settleA.Release()
-		if a := <-doneA; a.err != nil || a.r.State != Held || a.r.Bucket != 0 {
-			t.Fatalf("A: %+v %v, want the order held in bucket 0", a.r, a.err)
-		}
-		if err := c.Confirm(ctx, item, o.ID, alice); err != nil {
-			t.Fatalf("Confirm of A's reservation: %v", err)
-		}
-		wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
-		mustAudit(t, c, item)
-	})
+	// bHoldsAndLosesItsClaim: B is about to give its hold in bucket 0 back
+	// when another attempt finds the hold and settles onto it. B must
+	// leave the hold to it: that attempt's answer, held, must be true,
+	// and Confirm sell the unit. The other attempt finds the hold in
+	// three ways.
+	for _, tc := range []struct {
+		name string
+		// other runs the other attempt(s) of o, and returns the one
+		// whose answer Confirm must honour; release lets B's give-back
+		// go at the moment the case needs.
+		other func(t *testing.T, b *redistest.Backend, item string, o Order, release func()) outcome
+	}{
+		{"A walks again and takes it", func(t *testing.T, b *redistest.Backend, item string, o Order, release func()) outcome {
+			fA, _, cA := faultyCounter(t, b)
+			settleA := fA.On(redistest.Script(settleScript.Hash())).Hold()
+			doneA := reserveAsync(context.Background(), cA, item, o)
+			redistest.WaitFor(t, 10*time.Second, "A to settle onto B's hold", func() bool { return settleA.Hits() >= 1 })
+			release()
+			settleA.Release()
+			return <-doneA
+		}},
+		{"A's claim is resent, and A resumes it by looking", func(t *testing.T, b *redistest.Backend, item string, o Order, release func()) outcome {
+			fA := redistest.NewFaults()
+			rdbA := b.Client(t, fA)
+			cA := newCounter(t, rdbA)
+			cA.layoutFor(item, 2) // A knows the layout from its first walk
+			resent := redistest.ResendOnce(t, rdbA, fA, reserveScript.Hash(), reserveScript.Source())
+			r, err := cA.Reserve(context.Background(), item, o)
+			if resent.Hits() != 1 {
+				t.Fatalf("A's claim was resent %d times", resent.Hits())
+			}
+			release()
+			return outcome{r, err}
+		}},
+		{"a third attempt resumes A's new claim by looking", func(t *testing.T, b *redistest.Backend, item string, o Order, release func()) outcome {
+			fA, _, cA := faultyCounter(t, b)
+			takeA := fA.On(redistest.Script(takeScript.Hash())).Hold()
+			doneA := reserveAsync(context.Background(), cA, item, o)
+			redistest.WaitFor(t, 10*time.Second, "A to take", func() bool { return takeA.Hits() >= 1 })
+			r, err := newCounter(t, b.Client(t)).Reserve(context.Background(), item, o)
+			release()
+			takeA.Release()
+			if a := <-doneA; a.err != nil || a.r.State != Held || a.r.Bucket != 0 {
+				t.Fatalf("A, after the third attempt: %+v %v, want the order held in bucket 0", a.r, a.err)
+			}
+			return outcome{r, err}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				c := newCounter(t, b.Client(t))
+				item, alice := claimItem(t, c)
+				o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+				doneB, giveBack := bHoldsAndLosesItsClaim(t, b, c, item, alice, o)
+				var errB error
+				got := tc.other(t, b, item, o, func() { giveBack.Release(); errB = <-doneB })
+				if !errors.Is(errB, errTakenOver) {
+					t.Fatalf("B: %v, want the hold left to the other attempt", errB)
+				}
+				if got.err != nil || got.r.State != Held || got.r.Bucket != 0 {
+					t.Fatalf("the other attempt: %+v %v, want the order held in bucket 0", got.r, got.err)
+				}
+				if err := c.Confirm(ctx, item, o.ID, alice); err != nil {
+					t.Fatalf("Confirm of the order held: %v", err)
+				}
+				wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
+				mustAudit(t, c, item)
+			})
+		})
+	}
 }
 
 func TestALateResumerFindsTheWinnersReservationNotAReturnedHold(t *testing.T) {

@@ -154,10 +154,11 @@
 // (the first call may have taken the units and lost the reply), all in one
 // pipeline, and settles onto such a hold; only then does it ask for units.
 // The first settle wins, and a call that loses gives back what it took,
-// unless another call has taken that hold over meanwhile: one that found
-// the claim refused, dropped it, walked again and found the hold (take
-// marks it as its own). The loser then leaves the hold to it and answers
-// that the order may have been reserved. If
+// unless another call has taken that hold over meanwhile: a call that
+// finds the order already held in a bucket, by walking or by resuming,
+// marks the hold as its own there before it settles onto it. The loser
+// then leaves the hold to it and answers that the order may have been
+// reserved. If
 // nobody resumes, the claim and any units taken end at the deadline like any
 // hold; so do units a first call took after its retry had looked and before
 // the first call died, the one case in which an order holds units in two

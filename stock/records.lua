@@ -17,8 +17,9 @@
 --                   "b:<buyer>" -> units held, sold or claimed by the
 --                   buyer's orders homed here (only with a limit);
 --                   "a:<order id>" -> the token of the Reserve walk that
---                   last took over this bucket's hold for the order from
---                   another attempt of it (take.lua; rare)
+--                   last took over this bucket's hold for the order: one
+--                   that found the order already held here (take.lua;
+--                   rare: overlapping attempts, or resends)
 --   KEYS[2] due     zset: the deadline in ms (Redis TIME) of each hold whose
 --                   units are here and of each claim homed here, scored by
 --                   it. A member is the order id, or the ids of one batch's

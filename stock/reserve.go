@@ -238,6 +238,15 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 		if err != nil {
 			return Reservation{}, mayBeReserved(o, err)
 		}
+		if res != nil && res[0] == codeReplayed && len(res) > 1 && State(res[1]) == Held {
+			// Take the hold over before settling onto it, as a walk's
+			// take does (take.lua): the attempt that took it may have
+			// found its claim dropped and be about to give it back. If
+			// it already has, the take says the hold ended.
+			if res, err = c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, tok)); err != nil {
+				return Reservation{}, mayBeReserved(o, err)
+			}
+		}
 		if res != nil {
 			return c.tookElsewhere(ctx, item, l, h, k, o, deadline, resumed, tok, res)
 		}

@@ -36,11 +36,13 @@
 -- would then hold the order's units twice, the first hold keeping them from
 -- every buyer until the deadline.
 --
--- A take that finds the order already held here (another attempt of the
--- order took the units) takes the hold over: it stores its token in field
--- "a:<order id>". That attempt may be about to give the hold back, having
--- found its claim dropped; its give-back (cancel.lua with its own token)
--- then leaves the hold alone, since this caller is settling onto it.
+-- A take that finds the order already held here takes the hold over: it
+-- stores its walk's token in field "a:<order id>" (a resend of the walk's
+-- own take stores the same). The attempt of the order that took the hold
+-- may have found its claim dropped and be about to give the hold back;
+-- its give-back (cancel.lua with its own token) then leaves the hold to
+-- this caller, which settles onto it. A walk resuming a claim that found
+-- the hold by looking takes it over so, too, before it settles.
 --
 -- A hold here that has ended is not replayed: the caller would settle the
 -- claim onto it and report units held that are back in stock, and the
