@@ -224,18 +224,7 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 		item, alice := claimItem(t, c)
 		l := c.layoutFor(item, 2)
 		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
-		args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
-		res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds()))
-		if err != nil || res[0] != codeClaimed {
-			t.Fatalf("claim: %v %v", res, err)
-		}
-		deadline := res[1]
-		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, "first")); err != nil || res[0] != codeReserved {
-			t.Fatalf("take: %v %v", res, err)
-		}
-		if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut, nil); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("the refusing call: %v", err)
-		}
+		deadline := tookThenDropped(t, c, rdb, item, alice, o, "first")
 		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true, "first"); !errors.Is(err, ErrReturned) {
 			t.Fatalf("the call that held the unit: %v, want ErrReturned", err)
 		}
@@ -250,6 +239,46 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 	})
 }
 
+// soldOutPair creates an item of two buckets of one unit each, with
+// perBuyer as its limit, and holds both units: ann's order a0 in bucket 0,
+// ben's b1 in bucket 1. It returns the item, ann, and bob, a buyer homed
+// in bucket 0 like ann.
+func soldOutPair(t *testing.T, c *Counter, perBuyer int64) (item, ann, bob string) {
+	t.Helper()
+	const n = 2
+	item = newItem(t, c, Item{Total: 2, PerBuyer: perBuyer, Buckets: n})
+	ann, ben, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
+	for _, o := range []Order{order("a0", ann), order("b1", ben)} {
+		if _, err := c.Reserve(context.Background(), item, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return item, ann, bob
+}
+
+// tookThenDropped sets up the first steps of two overlapping attempts of
+// alice's order o (claimItem): one claimed in her home (1) and took
+// bucket 0's unit for walk tok, and the other, refused everywhere just
+// before, dropped the claim. It returns the claim's deadline.
+func tookThenDropped(t *testing.T, c *Counter, rdb RedisClient, item, alice string, o Order, tok string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	l := c.layoutFor(item, 2)
+	args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
+	res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds()))
+	if err != nil || res[0] != codeClaimed {
+		t.Fatalf("the claim: %v %v", res, err)
+	}
+	deadline := res[1]
+	if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, tok)); err != nil || res[0] != codeReserved {
+		t.Fatalf("the take: %v %v", res, err)
+	}
+	if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut, nil); !errors.Is(err, ErrSoldOut) {
+		t.Fatalf("the refusing call's drop: %v", err)
+	}
+	return deadline
+}
+
 // bHoldsAndLosesItsClaim sets up two overlapping attempts of alice's
 // order o (claimItem). B claimed in her home (1) and took bucket 0's unit;
 // A, refused everywhere just before, dropped the claim. B's settle finds
@@ -258,20 +287,7 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 func bHoldsAndLosesItsClaim(t *testing.T, b *redistest.Backend, c *Counter, item, alice string, o Order) (<-chan error, *redistest.Rule) {
 	t.Helper()
 	ctx := context.Background()
-	rdb := b.Client(t)
-	l := c.layoutFor(item, 2)
-	args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
-	res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds()))
-	if err != nil || res[0] != codeClaimed {
-		t.Fatalf("B's claim: %v %v", res, err)
-	}
-	deadline := res[1]
-	if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, "B")); err != nil || res[0] != codeReserved {
-		t.Fatalf("B's take: %v %v", res, err)
-	}
-	if _, err := c.dropClaim(ctx, item, l, 1, -1, o, deadline, false, ErrSoldOut, nil); !errors.Is(err, ErrSoldOut) {
-		t.Fatalf("A's drop: %v", err)
-	}
+	deadline := tookThenDropped(t, c, b.Client(t), item, alice, o, "B")
 	fB, _, cB := faultyCounter(t, b)
 	giveBack := fB.On(redistest.Script(cancelScript.Hash())).Hold()
 	doneB := make(chan error, 1)
@@ -519,15 +535,8 @@ func TestALastLookWhoseReplyIsLostIsNotReportedSoldOut(t *testing.T) {
 		f := redistest.NewFaults()
 		rdb := b.Client(t, f)
 		c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
-		const n = 2
-		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
-		l := c.layoutFor(item, n)
-		ann, ben, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
-		for _, o := range []Order{order("a0", ann), order("b1", ben)} {
-			if _, err := c.Reserve(ctx, item, o); err != nil {
-				t.Fatal(err)
-			}
-		}
+		item, ann, bob := soldOutPair(t, c, 1)
+		l := c.layoutFor(item, 2)
 		for _, s := range []string{takeScript.Source(), settleScript.Source()} {
 			if err := rdb.ScriptLoad(ctx, s).Err(); err != nil {
 				t.Fatal(err)
@@ -579,14 +588,7 @@ func TestTheHomeLooksAtItsOwnStockAgainBeforeSoldOut(t *testing.T) {
 				g := newReplyGate(t, redistest.Script(takeScript.Hash()))
 				rdb := b.Client(t, f, g)
 				c := newCounter(t, rdb, WithSoldOutCache(time.Hour))
-				const n = 2
-				item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
-				ann, ben, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
-				for _, o := range []Order{order("a0", ann), order("b1", ben)} {
-					if _, err := c.Reserve(ctx, item, o); err != nil {
-						t.Fatal(err)
-					}
-				}
+				item, ann, bob := soldOutPair(t, c, 1)
 				if resumed {
 					f.On(redistest.Script(takeScript.Hash())).Fail(errDied).Times(1)
 					if _, err := c.Reserve(ctx, item, order("x", bob)); !errors.Is(err, errDied) {

@@ -103,14 +103,7 @@ func TestAReusedOrderIdKeepsItsHoldWhenItsOldDueMemberFallsDue(t *testing.T) {
 		ctx := context.Background()
 		rdb := b.Client(t)
 		c := newCounter(t, rdb)
-		const n = 2
-		item := newItem(t, c, Item{Total: 2, Buckets: n})
-		ann, ben, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
-		for _, o := range []Order{order("a0", ann), order("b1", ben)} {
-			if _, err := c.Reserve(ctx, item, o); err != nil {
-				t.Fatal(err)
-			}
-		}
+		item, ann, bob := soldOutPair(t, c, 0)
 		first := Order{ID: "x", Buyer: bob, Quantity: 1, Hold: 200 * time.Millisecond}
 		sent := redisNow(t, rdb)
 		if _, err := c.Reserve(ctx, item, first); !errors.Is(err, ErrSoldOut) {
@@ -123,7 +116,7 @@ func TestAReusedOrderIdKeepsItsHoldWhenItsOldDueMemberFallsDue(t *testing.T) {
 		if r, err := c.Reserve(ctx, item, retry); err != nil || r.Bucket != 0 || r.Replayed {
 			t.Fatalf("retry: %+v %v, want a new hold in bucket 0", r, err)
 		}
-		due := c.layoutFor(item, n).buckets[0].keys[1].(string)
+		due := c.layoutFor(item, 2).buckets[0].keys[1].(string)
 		batched := redis.Z{Score: float64(sent.Add(first.Hold).UnixMilli()), Member: "ghost\x00x"}
 		if err := rdb.ZAdd(ctx, due, batched).Err(); err != nil {
 			t.Fatal(err)

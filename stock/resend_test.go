@@ -115,14 +115,7 @@ func TestAResentLastLookOfASoldOutOrderIsSoldOut(t *testing.T) {
 		ctx := context.Background()
 		f := redistest.NewFaults()
 		c := newCounter(t, b.Client(t, f))
-		const n = 2
-		item := newItem(t, c, Item{Total: 2, PerBuyer: 1, Buckets: n})
-		ann, ben, bob := buyerHomedAt(0, n, "ann"), buyerHomedAt(1, n, "ben"), buyerHomedAt(0, n, "bob")
-		for _, o := range []Order{order("a0", ann), order("b1", ben)} {
-			if _, err := c.Reserve(ctx, item, o); err != nil {
-				t.Fatal(err)
-			}
-		}
+		item, _, bob := soldOutPair(t, c, 1)
 		resent := resendOnce(t, b, f, settleScript)
 		if _, err := c.Reserve(ctx, item, order("x", bob)); !errors.Is(err, ErrSoldOut) || resent.Hits() != 1 {
 			t.Fatalf("bob, whose last look was resent (%d times): %v, want ErrSoldOut", resent.Hits(), err)
