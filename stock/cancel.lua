@@ -6,8 +6,10 @@
 -- ARGV[2]  buyer
 -- ARGV[3]  the number of buckets the caller routed with
 -- ARGV[4]  (optional) a Reserve walk's token: it gives back a hold it took
---          for a claim it then lost (reserve.go's settle), unless another
---          walk has taken the hold over since (take.lua)
+--          for a claim it then lost (reserve.go's settle), unless any walk
+--          has found the hold and taken it over (take.lua), itself
+--          included: the hold is then left to end at its deadline, if no
+--          attempt of the order settles onto it first
 --
 -- Reply, an array of integers:
 --   {1}            returned (now, or already before)
@@ -16,7 +18,7 @@
 --   {-9}           no such order for this buyer
 --   {-10, bucket}  this is the buyer's home, the units are in bucket: ask it
 --   {-12}          the order was sold (confirmed) before
---   {-14}          (with ARGV[4]) another walk took the hold over: kept
+--   {-14}          (with ARGV[4]) a walk took the hold over: kept
 --   {-6, n} / {-7} route again with n buckets / no such item
 local R = records()
 local self, limit, _, err = R.check_bucket(ARGV[3])
@@ -47,11 +49,12 @@ end
 if r.stock ~= self then
   return {-10, r.stock}
 end
-if ARGV[4] then
-  local taker = redis.call('HGET', KEYS[1], 'a:' .. order)
-  if taker and taker ~= ARGV[4] then
-    return {-14}
-  end
+-- A hold some walk found and took over may be reported held by any
+-- attempt of the order that settled onto it, now or later: giving it back
+-- would make that report false, so only the walk that made the hold, and
+-- only while no walk has found it, may give it back.
+if ARGV[4] and redis.call('HEXISTS', KEYS[1], 'a:' .. order) == 1 then
+  return {-14}
 end
 R.give_back(order, r, self, limit)
 return {1}

@@ -373,6 +373,83 @@ func TestAHoldTakenOverByAnotherAttemptIsNotGivenBackUnderIt(t *testing.T) {
 	}
 }
 
+func TestAWalkThatTookAHoldOverDoesNotGiveItBackEither(t *testing.T) {
+	// Y claimed alice's order and took bucket 0's unit; V, refused
+	// everywhere just before, dropped the claim (tookThenDropped). X, a
+	// retry, had found the hold and takes it over, then finds the claim
+	// gone. X must not give the hold back: V walks again and claims
+	// afresh, Y's settle lands on that claim and reports the order held
+	// in bucket 0, and that must be true.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		l := c.layoutFor(item, 2)
+		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+		deadline := tookThenDropped(t, c, rdb, item, alice, o, "Y")
+		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, "X")); err != nil || res[0] != codeReplayed {
+			t.Fatalf("X's take: %v %v, want Y's hold", res, err)
+		}
+		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true, "X"); !errors.Is(err, errTakenOver) {
+			t.Fatalf("X, finding the claim gone: %v, want the hold kept", err)
+		}
+		args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
+		if res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds())); err != nil || res[0] != codeClaimed {
+			t.Fatalf("V's new claim: %v %v", res, err)
+		}
+		if r, err := c.settle(ctx, item, l, 1, 0, o, deadline, false, "Y"); err != nil || r.State != Held || r.Bucket != 0 {
+			t.Fatalf("Y: %+v %v, want the order held in bucket 0", r, err)
+		}
+		if err := c.Confirm(ctx, item, o.ID, alice); err != nil {
+			t.Fatalf("Confirm of the order held: %v", err)
+		}
+		wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
+		mustAudit(t, c, item)
+	})
+}
+
+func TestALoserWhoseHoldWasTakenOverReportsTheWinnersHold(t *testing.T) {
+	// raceToSettle's race with one more attempt: Y took bucket 1's unit
+	// and Z bucket 2's; X, resuming, found Y's hold by looking and took it
+	// over, and its reply was lost. Z settles first. Y, losing, may not
+	// give back a hold a walk took over (it ends at its deadline), but
+	// its answer is still Z's reservation.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		const n = 3
+		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
+		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
+		l := c.layoutFor(item, n)
+		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+		for k, tok := range map[int]string{1: "Y", 2: "Z"} {
+			if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, k, 0, o, deadline, tok)); err != nil || res[0] != codeReserved {
+				t.Fatalf("take in %d for %s: %v %v", k, tok, res, err)
+			}
+		}
+		fX, _, cX := faultyCounter(t, b)
+		in1 := takeIn(l, 1)
+		lost := fX.On(func(cmd redis.Cmder) bool { return in1(cmd) && !isLook(cmd) }).LoseReply(errDied).Times(1)
+		if _, err := cX.Reserve(ctx, item, o); !errors.Is(err, errDied) || lost.Hits() != 1 {
+			t.Fatalf("X: %v (%d lost), want its take's reply lost", err, lost.Hits())
+		}
+		if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false, "Z"); err != nil || r.Bucket != 2 {
+			t.Fatalf("Z: %+v %v", r, err)
+		}
+		if r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true, "Y"); err != nil || r.State != Held || r.Bucket != 2 {
+			t.Fatalf("Y: %+v %v, want Z's reservation in bucket 2", r, err)
+		}
+		if err := c.Confirm(ctx, item, o.ID, alice); err != nil {
+			t.Fatal(err)
+		}
+		if a := mustAudit(t, c, item); a.Buckets[2].Sold != 1 || a.Buckets[1].Held != 1 {
+			t.Fatalf("after the race: %+v, want bucket 2's unit sold and bucket 1's kept to its deadline", a)
+		}
+	})
+}
+
 func TestALateResumerFindsTheWinnersReservationNotAReturnedHold(t *testing.T) {
 	// Bucket 1 held alice's order for a call that lost the race to settle
 	// to bucket 2 and gave the unit back. A third call that found the claim

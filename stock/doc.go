@@ -154,16 +154,19 @@
 // (the first call may have taken the units and lost the reply), all in one
 // pipeline, and settles onto such a hold; only then does it ask for units.
 // The first settle wins, and a call that loses gives back what it took,
-// unless another call has taken that hold over meanwhile: a call that
-// finds the order already held in a bucket, by walking or by resuming,
-// marks the hold as its own there before it settles onto it. The loser
-// then leaves the hold to it and answers that the order may have been
-// reserved. If
-// nobody resumes, the claim and any units taken end at the deadline like any
-// hold; so do units a first call took after its retry had looked and before
-// the first call died, the one case in which an order holds units in two
-// buckets for a while (never sells them twice: Confirm goes to the bucket
-// the home recorded). Past the deadline a claim is never settled, resumed or
+// unless a call has found that hold meanwhile: a call that finds the
+// order already held in a bucket, by walking or by resuming, marks the
+// hold as taken over before it settles onto it, and a hold so marked is
+// never given back by a losing call (it may be reported held by another
+// attempt). It ends at its deadline unless an attempt of the order
+// settles onto it; a loser whose claim is gone then answers that the
+// order may have been reserved. If nobody resumes, the claim and any units
+// taken end at the deadline like any hold; so do units a first call took
+// after its retry had looked and before the first call died. These two
+// cases (a hold taken over while the claim settled in another bucket, and
+// this one) are the ones in which an order holds units in two buckets for
+// a while; it never sells them twice: Confirm goes to the bucket the home
+// recorded. Past the deadline a claim is never settled, resumed or
 // answered as pending: settle and Reserve end it as the sweep would, a
 // bucket whose hold for it ended does not offer that hold again, and the
 // order is reported returned. Confirm and Cancel of such an order decide on

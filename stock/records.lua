@@ -19,7 +19,8 @@
 --                   "a:<order id>" -> the token of the Reserve walk that
 --                   last took over this bucket's hold for the order: one
 --                   that found the order already held here (take.lua;
---                   rare: overlapping attempts, or resends)
+--                   rare: overlapping attempts, or resends); such a hold
+--                   is never given back by a walk (cancel.lua)
 --   KEYS[2] due     zset: the deadline in ms (Redis TIME) of each hold whose
 --                   units are here and of each claim homed here, scored by
 --                   it. A member is the order id, or the ids of one batch's

@@ -153,9 +153,10 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order, back 
 }
 
 // errTakenOver says that a hold this call took, for a claim it found
-// dropped, has been taken over by another attempt of the order walking
-// again, which settles onto it.
-var errTakenOver = errors.New("another attempt of the order took over its hold")
+// gone, was found by a walk (another attempt of the order's, or this
+// one's), which may have settled, or may settle, onto it: it is left to
+// end at its deadline unless an attempt of the order settles onto it.
+var errTakenOver = errors.New("the order's hold was found by another walk, which may settle onto it")
 
 // errRefilled says that a bucket that refused an order got units back
 // before every bucket had refused it (refilledSince).
@@ -412,13 +413,16 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 			if err != nil {
 				return Reservation{}, mayBeReserved(o, err)
 			}
-			if res[0] == codeTakenOver {
-				// Another attempt of the order, walking again after the
-				// claim was dropped, is settling onto this hold: it
-				// answers for the order.
+			switch {
+			case res[0] != codeTakenOver:
+				c.clearSoldOut(item) // the units taken from k are back
+			case settled < 0:
+				// A walk found the hold and may settle onto it: an attempt
+				// of the order may yet report it held, or have done so.
 				return Reservation{}, mayBeReserved(o, errTakenOver)
 			}
-			c.clearSoldOut(item) // the units taken from k are back
+			// Kept (taken over) or given back, the order is where the
+			// claim settled: answered below.
 		}
 		if state == Held && settled >= 0 {
 			st, dl, err := c.standing(ctx, item, l, h, settled, o, r.Deadline.UnixMilli())

@@ -37,12 +37,13 @@
 -- every buyer until the deadline.
 --
 -- A take that finds the order already held here takes the hold over: it
--- stores its walk's token in field "a:<order id>" (a resend of the walk's
--- own take stores the same). The attempt of the order that took the hold
--- may have found its claim dropped and be about to give the hold back;
--- its give-back (cancel.lua with its own token) then leaves the hold to
--- this caller, which settles onto it. A walk resuming a claim that found
--- the hold by looking takes it over so, too, before it settles.
+-- stores its walk's token in field "a:<order id>". From then on no walk
+-- gives the hold back when it loses its settle (cancel.lua): the attempt
+-- that made the hold may have found its claim dropped and be about to
+-- give it back, while this caller, or a later attempt, settles onto it
+-- and reports it held. A hold nobody settles onto ends at its deadline. A
+-- walk resuming a claim that found the hold by looking takes it over so,
+-- too, before it settles.
 --
 -- A hold here that has ended is not replayed: the caller would settle the
 -- claim onto it and report units held that are back in stock, and the
