@@ -299,6 +299,17 @@ func bHoldsAndLosesItsClaim(t *testing.T, b *redistest.Backend, c *Counter, item
 	return doneB, giveBack
 }
 
+// wantConfirmed confirms the order, which an attempt reported held, and
+// checks that claimItem's one unit is sold and the books balance.
+func wantConfirmed(t *testing.T, c *Counter, item, orderID, buyer string) {
+	t.Helper()
+	if err := c.Confirm(context.Background(), item, orderID, buyer); err != nil {
+		t.Fatalf("Confirm of the order reported held: %v", err)
+	}
+	wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
+	mustAudit(t, c, item)
+}
+
 func TestAHoldTakenOverByAnotherAttemptIsNotGivenBackUnderIt(t *testing.T) {
 	// bHoldsAndLosesItsClaim: B is about to give its hold in bucket 0 back
 	// when another attempt finds the hold and settles onto it. B must
@@ -350,7 +361,6 @@ func TestAHoldTakenOverByAnotherAttemptIsNotGivenBackUnderIt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-				ctx := context.Background()
 				c := newCounter(t, b.Client(t))
 				item, alice := claimItem(t, c)
 				o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
@@ -363,11 +373,7 @@ func TestAHoldTakenOverByAnotherAttemptIsNotGivenBackUnderIt(t *testing.T) {
 				if got.err != nil || got.r.State != Held || got.r.Bucket != 0 {
 					t.Fatalf("the other attempt: %+v %v, want the order held in bucket 0", got.r, got.err)
 				}
-				if err := c.Confirm(ctx, item, o.ID, alice); err != nil {
-					t.Fatalf("Confirm of the order held: %v", err)
-				}
-				wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
-				mustAudit(t, c, item)
+				wantConfirmed(t, c, item, o.ID, alice)
 			})
 		})
 	}
@@ -401,11 +407,7 @@ func TestAWalkThatTookAHoldOverDoesNotGiveItBackEither(t *testing.T) {
 		if r, err := c.settle(ctx, item, l, 1, 0, o, deadline, false, "Y"); err != nil || r.State != Held || r.Bucket != 0 {
 			t.Fatalf("Y: %+v %v, want the order held in bucket 0", r, err)
 		}
-		if err := c.Confirm(ctx, item, o.ID, alice); err != nil {
-			t.Fatalf("Confirm of the order held: %v", err)
-		}
-		wantLevels(t, c, item, Levels{Total: 1, Sold: 1})
-		mustAudit(t, c, item)
+		wantConfirmed(t, c, item, o.ID, alice)
 	})
 }
 
