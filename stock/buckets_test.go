@@ -221,24 +221,33 @@ func TestAnAbandonedClaimEndsAtItsDeadline(t *testing.T) {
 	})
 }
 
-// raceToSettle makes alice's order a1, on a new item of three buckets, the
-// prize of two calls that both held it, in buckets 1 and 2: bucket 2
-// settles first, and bucket 1's call, settling second, finds the winner's
-// reservation and gives its unit back. It returns the item, alice, the
-// layout, the order and its claim's deadline.
-func raceToSettle(t *testing.T, c *Counter, rdb RedisClient) (item, alice string, l *layout, o Order, deadline int64) {
+// heldTwice makes alice's order a1, on a new item of three buckets, held
+// by two calls, in buckets 1 and 2 (walks "walk1" and "walk2"), for one
+// claim in her home bucket 0 that neither has settled. It returns the
+// item, alice, the layout, the order and its claim's deadline.
+func heldTwice(t *testing.T, c *Counter, rdb RedisClient) (item, alice string, l *layout, o Order, deadline int64) {
 	t.Helper()
-	ctx := context.Background()
 	const n = 3
 	item = newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
 	alice, deadline = abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
 	l = c.layoutFor(item, n)
 	o = Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
 	for _, k := range []int{1, 2} {
-		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, k, 0, o, deadline, fmt.Sprint("walk", k))); err != nil || res[0] != codeReserved {
+		if res, err := takeScript.Ints(context.Background(), rdb, takeArgs(l, k, 0, o, deadline, fmt.Sprint("walk", k))); err != nil || res[0] != codeReserved {
 			t.Fatalf("take in %d: %v %v", k, res, err)
 		}
 	}
+	return item, alice, l, o, deadline
+}
+
+// raceToSettle makes alice's order a1 the prize of heldTwice's two
+// calls: bucket 2 settles first, and bucket 1's call, settling second,
+// finds the winner's reservation and gives its unit back. It returns
+// heldTwice's values.
+func raceToSettle(t *testing.T, c *Counter, rdb RedisClient) (item, alice string, l *layout, o Order, deadline int64) {
+	t.Helper()
+	ctx := context.Background()
+	item, alice, l, o, deadline = heldTwice(t, c, rdb)
 	if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false, "walk2"); err != nil || r.Bucket != 2 {
 		t.Fatalf("first settle: %+v %v", r, err)
 	}

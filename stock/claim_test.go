@@ -413,34 +413,25 @@ func TestAWalkThatTookAHoldOverDoesNotGiveItBackEither(t *testing.T) {
 
 func TestALoserWhoseHoldWasTakenOverReportsTheWinnersHold(t *testing.T) {
 	// raceToSettle's race with one more attempt: Y took bucket 1's unit
-	// and Z bucket 2's; X, resuming, found Y's hold by looking and took it
-	// over, and its reply was lost. Z settles first. Y, losing, may not
-	// give back a hold a walk took over (it ends at its deadline), but
-	// its answer is still Z's reservation.
+	// and Z bucket 2's (heldTwice); X, resuming, found Y's hold by
+	// looking and took it over, and its reply was lost. Z settles first.
+	// Y, losing, may not give back a hold a walk took over (it ends at
+	// its deadline), but its answer is still Z's reservation.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		rdb := b.Client(t)
 		c := newCounter(t, rdb)
-		const n = 3
-		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
-		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1", time.Minute)
-		l := c.layoutFor(item, n)
-		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
-		for k, tok := range map[int]string{1: "Y", 2: "Z"} {
-			if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, k, 0, o, deadline, tok)); err != nil || res[0] != codeReserved {
-				t.Fatalf("take in %d for %s: %v %v", k, tok, res, err)
-			}
-		}
+		item, alice, l, o, deadline := heldTwice(t, c, rdb)
 		fX, _, cX := faultyCounter(t, b)
 		in1 := takeIn(l, 1)
 		lost := fX.On(func(cmd redis.Cmder) bool { return in1(cmd) && !isLook(cmd) }).LoseReply(errDied).Times(1)
 		if _, err := cX.Reserve(ctx, item, o); !errors.Is(err, errDied) || lost.Hits() != 1 {
 			t.Fatalf("X: %v (%d lost), want its take's reply lost", err, lost.Hits())
 		}
-		if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false, "Z"); err != nil || r.Bucket != 2 {
+		if r, err := c.settle(ctx, item, l, 0, 2, o, deadline, false, "walk2"); err != nil || r.Bucket != 2 {
 			t.Fatalf("Z: %+v %v", r, err)
 		}
-		if r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true, "Y"); err != nil || r.State != Held || r.Bucket != 2 {
+		if r, err := c.settle(ctx, item, l, 0, 1, o, deadline, true, "walk1"); err != nil || r.State != Held || r.Bucket != 2 {
 			t.Fatalf("Y: %+v %v, want Z's reservation in bucket 2", r, err)
 		}
 		if err := c.Confirm(ctx, item, o.ID, alice); err != nil {
