@@ -225,8 +225,9 @@ func TestAHoldGivenBackIsNotTakenForTheOrderAgain(t *testing.T) {
 		l := c.layoutFor(item, 2)
 		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
 		deadline := tookThenDropped(t, c, rdb, item, alice, o, "first")
-		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true, "first"); !errors.Is(err, ErrReturned) {
-			t.Fatalf("the call that held the unit: %v, want ErrReturned", err)
+		// Its answer cannot be final: the dropper may claim again.
+		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true, "first"); !errors.Is(err, errClaimDropped) {
+			t.Fatalf("the call that held the unit: %v, want the outcome unknown", err)
 		}
 		if _, err := c.Sweep(ctx, item, 10); err != nil { // the home has no order to apply the news to
 			t.Fatal(err)
@@ -367,7 +368,7 @@ func TestAHoldTakenOverByAnotherAttemptIsNotGivenBackUnderIt(t *testing.T) {
 				doneB, giveBack := bHoldsAndLosesItsClaim(t, b, c, item, alice, o)
 				var errB error
 				got := tc.other(t, b, item, o, func() { giveBack.Release(); errB = <-doneB })
-				if !errors.Is(errB, errTakenOver) {
+				if !errors.Is(errB, errClaimDropped) {
 					t.Fatalf("B: %v, want the hold left to the other attempt", errB)
 				}
 				if got.err != nil || got.r.State != Held || got.r.Bucket != 0 {
@@ -397,7 +398,7 @@ func TestAWalkThatTookAHoldOverDoesNotGiveItBackEither(t *testing.T) {
 		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 0, 1, o, deadline, "X")); err != nil || res[0] != codeReplayed {
 			t.Fatalf("X's take: %v %v, want Y's hold", res, err)
 		}
-		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true, "X"); !errors.Is(err, errTakenOver) {
+		if _, err := c.settle(ctx, item, l, 1, 0, o, deadline, true, "X"); !errors.Is(err, errClaimDropped) {
 			t.Fatalf("X, finding the claim gone: %v, want the hold kept", err)
 		}
 		args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
@@ -439,6 +440,90 @@ func TestALoserWhoseHoldWasTakenOverReportsTheWinnersHold(t *testing.T) {
 		}
 		if a := mustAudit(t, c, item); a.Buckets[2].Sold != 1 || a.Buckets[1].Held != 1 {
 			t.Fatalf("after the race: %+v, want bucket 2's unit sold and bucket 1's kept to its deadline", a)
+		}
+	})
+}
+
+func TestALoserWhoseClaimWasDroppedDoesNotAnswerReturned(t *testing.T) {
+	// Three buckets, all sold. V reserves alice's order, is refused by
+	// buckets 1 and 2 and pauses before its home's last look. bob's unit
+	// in bucket 2 comes back; Y, a retry, resumes the claim, takes it and
+	// pauses before settling. V's last look drops the claim, sees bucket
+	// 2 know the order and walks again, paused before its new claim. Y
+	// finds the claim gone and gives its hold back; ben's unit in bucket
+	// 1 comes back, and V's new walk reserves it. Y may not have answered
+	// a final ErrReturned: the order is held.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		c := newCounter(t, b.Client(t))
+		const n = 3
+		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
+		fay, ben, bob := buyerHomedAt(0, n, "fay"), buyerHomedAt(1, n, "ben"), buyerHomedAt(2, n, "bob")
+		for _, o := range []Order{order("f0", fay), order("b1", ben), order("b2", bob)} {
+			if _, err := c.Reserve(ctx, item, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := Order{ID: "a1", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute}
+		fV, _, cV := faultyCounter(t, b)
+		lastLookV := fV.On(redistest.Script(settleScript.Hash())).Hold()
+		t.Cleanup(lastLookV.Release)
+		doneV := reserveAsync(ctx, cV, item, o)
+		redistest.WaitFor(t, 10*time.Second, "V's last look", func() bool { return lastLookV.Hits() >= 1 })
+		rewalkV := fV.On(redistest.Script(reserveScript.Hash())).Hold()
+		t.Cleanup(rewalkV.Release)
+		if err := c.Cancel(ctx, item, "b2", bob); err != nil {
+			t.Fatal(err)
+		}
+		fY, _, cY := faultyCounter(t, b)
+		settleY := fY.On(redistest.Script(settleScript.Hash())).Hold()
+		t.Cleanup(settleY.Release)
+		doneY := reserveAsync(ctx, cY, item, o)
+		redistest.WaitFor(t, 10*time.Second, "Y to settle", func() bool { return settleY.Hits() >= 1 })
+		lastLookV.Release()
+		redistest.WaitFor(t, 10*time.Second, "V to walk again", func() bool { return rewalkV.Hits() >= 1 })
+		settleY.Release()
+		y := <-doneY
+		if err := c.Cancel(ctx, item, "b1", ben); err != nil {
+			t.Fatal(err)
+		}
+		rewalkV.Release()
+		v := <-doneV
+		if v.err != nil || v.r.State != Held {
+			t.Fatalf("V: %+v %v, want the order held", v.r, v.err)
+		}
+		if !errors.Is(y.err, errClaimDropped) {
+			t.Fatalf("Y: %+v %v, want the outcome unknown (V holds the order)", y.r, y.err)
+		}
+		mustAudit(t, c, item)
+	})
+}
+
+func TestATakenOverHoldWhoseClaimRanOutIsReportedReturned(t *testing.T) {
+	// Y took bucket 1's unit for alice's claim and X took Y's hold over;
+	// the claim runs out before Y settles. No attempt can settle onto a
+	// claim that ran out: Y's answer is ErrReturned, as a retry's is.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		const n = 3
+		item := newItem(t, c, Item{Total: 3, PerBuyer: 1, Buckets: n})
+		alice, deadline := abandonClaim(t, c, rdb, item, n, "a1", claimHold)
+		l := c.layoutFor(item, n)
+		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: claimHold}
+		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 1, 0, o, deadline, "Y")); err != nil || res[0] != codeReserved {
+			t.Fatalf("Y's take: %v %v", res, err)
+		}
+		if res, err := takeScript.Ints(ctx, rdb, takeArgs(l, 1, 0, o, deadline, "X")); err != nil || res[0] != codeReplayed {
+			t.Fatalf("X's take: %v %v", res, err)
+		}
+		waitPast(t, rdb, time.UnixMilli(deadline))
+		if _, err := c.settle(ctx, item, l, 0, 1, o, deadline, false, "Y"); !errors.Is(err, ErrReturned) {
+			t.Fatalf("Y, settling after the claim's deadline: %v, want ErrReturned", err)
+		}
+		if r, err := c.Reserve(ctx, item, o); err != nil || r.State != Returned || !r.Replayed {
+			t.Fatalf("a retry: %+v %v, want the order replayed as returned", r, err)
 		}
 	})
 }

@@ -159,8 +159,10 @@
 // hold as taken over before it settles onto it, and a hold so marked is
 // never given back by a losing call (it may be reported held by another
 // attempt). It ends at its deadline unless an attempt of the order
-// settles onto it; a loser whose claim is gone then answers that the
-// order may have been reserved. If nobody resumes, the claim and any units
+// settles onto it. A loser whose claim another attempt dropped as refused
+// answers that the order may have been reserved: that attempt walks again
+// when a bucket has come to know the order, and may reserve it. If nobody
+// resumes, the claim and any units
 // taken end at the deadline like any hold; so do units a first call took
 // after its retry had looked and before the first call died. These two
 // cases (a hold taken over while the claim settled in another bucket, and

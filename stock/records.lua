@@ -16,11 +16,12 @@
 --                   "o:<order id>" -> order record (see below);
 --                   "b:<buyer>" -> units held, sold or claimed by the
 --                   buyer's orders homed here (only with a limit);
---                   "a:<order id>" -> the token of the Reserve walk that
---                   last took over this bucket's hold for the order: one
---                   that found the order already held here (take.lua;
---                   rare: overlapping attempts, or resends); such a hold
---                   is never given back by a walk (cancel.lua)
+--                   "a:<order id>" -> set when a Reserve walk took over
+--                   this bucket's hold for the order: found it already
+--                   held here (take.lua; rare: overlapping attempts, or
+--                   resends); such a hold is never given back by a walk
+--                   (cancel.lua). The value, the last such walk's token,
+--                   is for debugging.
 --   KEYS[2] due     zset: the deadline in ms (Redis TIME) of each hold whose
 --                   units are here and of each claim homed here, scored by
 --                   it. A member is the order id, or the ids of one batch's

@@ -152,11 +152,11 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order, back 
 	}
 }
 
-// errTakenOver says that a hold this call took, for a claim it found
-// gone, was found by a walk (another attempt of the order's, or this
-// one's), which may have settled, or may settle, onto it: it is left to
-// end at its deadline unless an attempt of the order settles onto it.
-var errTakenOver = errors.New("the order's hold was found by another walk, which may settle onto it")
+// errClaimDropped says that a call settling its claim found it gone:
+// another attempt of the order, refused everywhere, dropped it, and may
+// have claimed the order again since and reserved it (a bucket that
+// knows the order makes it walk again), perhaps onto this call's hold.
+var errClaimDropped = errors.New("another attempt of the order dropped its claim, and may reserve it again")
 
 // errRefilled says that a bucket that refused an order got units back
 // before every bucket had refused it (refilledSince).
@@ -231,8 +231,8 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 // the reply, so every bucket is first asked whether it holds the order
 // (take.lua), all at once.
 func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool, back *bool) (Reservation, error) {
-	// The walk's token marks the holds it takes over from other attempts
-	// of the order (take.lua), and its give-backs (settle).
+	// The walk's token marks the holds it takes over (take.lua): a walk
+	// gives back only a hold no walk has taken over (cancel.lua).
 	tok := rand.Text()
 	if resumed {
 		k, res, err := c.lookElsewhere(ctx, item, l, h, o, deadline)
@@ -405,24 +405,26 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 		if len(res) > 3 && res[3] > 0 {
 			r.Deadline = msTime(res[3]) // the hold another call settled onto
 		}
+		// No record at all (deadline 0) is a claim another attempt
+		// dropped as refused; a claim that ran out is kept, returned.
+		dropped := settled < 0 && (len(res) < 4 || res[3] == 0)
 		if settled != k {
 			// This call's hold in k is not the order's: give it back
-			// first, whatever the order's own hold turns out to be.
+			// first, whatever the order's own hold turns out to be,
+			// unless a walk has taken it over (cancel.lua): then it is
+			// left to whoever settles onto it, or to its deadline.
 			cargs := append(cancelScript.Args(3, 7), l.buckets[k].keys[:]...)
 			res, err := c.call(ctx, item, cancelScript, append(cargs, o.ID, o.Buyer, l.n, tok))
+			if err != nil || res[0] != codeTakenOver {
+				// Given back, or perhaps, with its reply lost.
+				c.clearSoldOut(item)
+			}
 			if err != nil {
 				return Reservation{}, mayBeReserved(o, err)
 			}
-			switch {
-			case res[0] != codeTakenOver:
-				c.clearSoldOut(item) // the units taken from k are back
-			case settled < 0:
-				// A walk found the hold and may settle onto it: an attempt
-				// of the order may yet report it held, or have done so.
-				return Reservation{}, mayBeReserved(o, errTakenOver)
-			}
-			// Kept (taken over) or given back, the order is where the
-			// claim settled: answered below.
+		}
+		if dropped {
+			return Reservation{}, mayBeReserved(o, errClaimDropped)
 		}
 		if state == Held && settled >= 0 {
 			st, dl, err := c.standing(ctx, item, l, h, settled, o, r.Deadline.UnixMilli())
@@ -436,7 +438,7 @@ func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, 
 			return r, nil
 		}
 		// Another call settled the claim (here or elsewhere), and its hold
-		// has ended since; or the claim ended unsettled.
+		// has ended since; or the claim ran out unsettled.
 		return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
 	}
 	return Reservation{}, fmt.Errorf("stock: settle %q: unexpected reply %v", item, res)

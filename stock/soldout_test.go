@@ -787,3 +787,49 @@ func TestTheCacheHoldsForABucketedItemAfterACrowdOfRefusedWalks(t *testing.T) {
 		}
 	})
 }
+
+// alice's Reserve claims in her home bucket 0 and takes bucket 1's unit,
+// then pauses before settling; bob is answered sold out, and marks it. A
+// sweep ends alice's claim. Her settle, losing, gives bucket 1's unit
+// back, and the reply is lost: the unit is back all the same, and the
+// mark must not hide it.
+func TestALosersGiveBackWhoseReplyIsLostClearsTheSoldOutMark(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f, rdb, c := cachingCounter(t, b)
+		const n = 2
+		item := newItem(t, c, Item{Total: n, Buckets: n})
+		l := c.layoutFor(item, n)
+		if err := rdb.ScriptLoad(ctx, cancelScript.Source()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Reserve(ctx, item, order("f", buyerHomedAt(0, n, "fay"))); err != nil {
+			t.Fatal(err)
+		}
+		held := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
+		t.Cleanup(held.Release)
+		done := reserveAsync(ctx, c, item, Order{ID: "a", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: shortHold})
+		redistest.WaitFor(t, 10*time.Second, "alice to be about to settle", func() bool { return held.Hits() == 1 })
+		if _, err := c.Reserve(ctx, item, order("b", buyerHomedAt(0, n, "bob"))); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("bob: %v, want ErrSoldOut", err)
+		}
+		home := l.buckets[0].keys
+		redistest.WaitFor(t, 5*time.Second, "alice's claim to be swept", func() bool {
+			args := append(sweepScript.Args(3, 5), home[:]...)
+			res, err := sweepScript.Ints(ctx, rdb, append(args, 100, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(res) >= 2 && res[1] == 1
+		})
+		lost := f.On(redistest.Script(cancelScript.Hash())).LoseReply(errDied).Times(1)
+		held.Release()
+		if o := <-done; !errors.Is(o.err, errDied) || lost.Hits() != 1 {
+			t.Fatalf("alice: %+v %v, want her give-back's reply lost", o.r, o.err)
+		}
+		wantLevels(t, c, item, Levels{Total: 2, Available: 1, Held: 1})
+		if _, err := c.Reserve(ctx, item, order("c", buyerHomedAt(0, n, "cat"))); err != nil {
+			t.Fatalf("the unit alice gave back: %v", err)
+		}
+	})
+}
