@@ -629,45 +629,61 @@ func TestAConfirmThatReturnsAnExpiredHoldClearsTheSoldOutMark(t *testing.T) {
 }
 
 func TestAReserveWhoseClaimEndedGivesBackWhatItTookAndClearsTheSoldOutMark(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		f, rdb, c := cachingCounter(t, b)
-		const n = 2
-		item := newItem(t, c, Item{Total: n, Buckets: n})
-		l := c.layoutFor(item, n)
-		if _, err := c.Reserve(ctx, item, order("f", buyerHomedAt(0, n, "fay"))); err != nil {
-			t.Fatal(err)
-		}
-		// alice claims in her home, bucket 0, takes bucket 1's unit, and is
-		// paused before she settles.
-		held := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
-		t.Cleanup(held.Release)
-		alice := buyerHomedAt(0, n, "alice")
-		done := reserveAsync(ctx, c, item, Order{ID: "a", Buyer: alice, Quantity: 1, Hold: shortHold})
-		redistest.WaitFor(t, 10*time.Second, "alice to be about to settle", func() bool { return held.Hits() == 1 })
-		if _, err := c.Reserve(ctx, item, order("b", buyerHomedAt(0, n, "bob"))); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("bob, within alice's hold: %v, want ErrSoldOut", err)
-		}
-		// Her claim runs out and the home's sweep ends it; bucket 1 is not
-		// swept, so the unit she took is still held there.
-		home := l.buckets[0].keys
-		redistest.WaitFor(t, 5*time.Second, "alice's claim to be swept", func() bool {
-			args := append(sweepScript.Args(3, 5), home[:]...)
-			res, err := sweepScript.Ints(ctx, rdb, append(args, 100, n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return len(res) >= 2 && res[1] == 1
+	// alice's Reserve claims in her home, bucket 0, takes bucket 1's unit
+	// and pauses before settling; bob is answered sold out, and marks it.
+	// Her claim runs out and a sweep ends it. Her settle, losing, gives
+	// the unit back: the mark must not hide it, even if the give-back's
+	// reply is lost.
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reply lost=%v", lost), func(t *testing.T) {
+			redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				f, rdb, c := cachingCounter(t, b)
+				const n = 2
+				item := newItem(t, c, Item{Total: n, Buckets: n})
+				l := c.layoutFor(item, n)
+				if err := rdb.ScriptLoad(ctx, cancelScript.Source()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Reserve(ctx, item, order("f", buyerHomedAt(0, n, "fay"))); err != nil {
+					t.Fatal(err)
+				}
+				held := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
+				t.Cleanup(held.Release)
+				alice := buyerHomedAt(0, n, "alice")
+				done := reserveAsync(ctx, c, item, Order{ID: "a", Buyer: alice, Quantity: 1, Hold: shortHold})
+				redistest.WaitFor(t, 10*time.Second, "alice to be about to settle", func() bool { return held.Hits() == 1 })
+				if _, err := c.Reserve(ctx, item, order("b", buyerHomedAt(0, n, "bob"))); !errors.Is(err, ErrSoldOut) {
+					t.Fatalf("bob, within alice's hold: %v, want ErrSoldOut", err)
+				}
+				// The home's sweep ends her claim; bucket 1 is not swept,
+				// so the unit she took is still held there.
+				home := l.buckets[0].keys
+				redistest.WaitFor(t, 5*time.Second, "alice's claim to be swept", func() bool {
+					args := append(sweepScript.Args(3, 5), home[:]...)
+					res, err := sweepScript.Ints(ctx, rdb, append(args, 100, n))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return len(res) >= 2 && res[1] == 1
+				})
+				want := ErrReturned
+				if lost {
+					f.On(redistest.Script(cancelScript.Hash())).LoseReply(errDied).Times(1)
+					want = errDied
+				}
+				held.Release()
+				if o := <-done; !errors.Is(o.err, want) {
+					t.Fatalf("alice: %+v %v, want %v", o.r, o.err, want)
+				}
+				wantLevels(t, c, item, Levels{Total: 2, Available: 1, Held: 1})
+				if _, err := c.Reserve(ctx, item, order("c", buyerHomedAt(0, n, "cat"))); err != nil {
+					t.Fatalf("the unit alice gave back: %v", err)
+				}
+				mustAudit(t, c, item)
+			})
 		})
-		held.Release()
-		if o := <-done; !errors.Is(o.err, ErrReturned) {
-			t.Fatalf("alice: %+v %v, want ErrReturned", o.r, o.err)
-		}
-		if _, err := c.Reserve(ctx, item, order("c", buyerHomedAt(0, n, "cat"))); err != nil {
-			t.Fatalf("the unit alice gave back: %v", err)
-		}
-		mustAudit(t, c, item)
-	})
+	}
 }
 
 // The sold-out cache keeps an entry per marked item until the item is
@@ -784,52 +800,6 @@ func TestTheCacheHoldsForABucketedItemAfterACrowdOfRefusedWalks(t *testing.T) {
 		sent := f.On(redistest.Any())
 		if _, err := c.Reserve(ctx, item, order("y", "late")); !errors.Is(err, ErrSoldOut) || sent.Hits() != 0 {
 			t.Fatalf("the next order: %v after %d commands, want ErrSoldOut from memory", err, sent.Hits())
-		}
-	})
-}
-
-// alice's Reserve claims in her home bucket 0 and takes bucket 1's unit,
-// then pauses before settling; bob is answered sold out, and marks it. A
-// sweep ends alice's claim. Her settle, losing, gives bucket 1's unit
-// back, and the reply is lost: the unit is back all the same, and the
-// mark must not hide it.
-func TestALosersGiveBackWhoseReplyIsLostClearsTheSoldOutMark(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		f, rdb, c := cachingCounter(t, b)
-		const n = 2
-		item := newItem(t, c, Item{Total: n, Buckets: n})
-		l := c.layoutFor(item, n)
-		if err := rdb.ScriptLoad(ctx, cancelScript.Source()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Reserve(ctx, item, order("f", buyerHomedAt(0, n, "fay"))); err != nil {
-			t.Fatal(err)
-		}
-		held := f.On(redistest.Script(settleScript.Hash())).Hold().Times(1)
-		t.Cleanup(held.Release)
-		done := reserveAsync(ctx, c, item, Order{ID: "a", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: shortHold})
-		redistest.WaitFor(t, 10*time.Second, "alice to be about to settle", func() bool { return held.Hits() == 1 })
-		if _, err := c.Reserve(ctx, item, order("b", buyerHomedAt(0, n, "bob"))); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("bob: %v, want ErrSoldOut", err)
-		}
-		home := l.buckets[0].keys
-		redistest.WaitFor(t, 5*time.Second, "alice's claim to be swept", func() bool {
-			args := append(sweepScript.Args(3, 5), home[:]...)
-			res, err := sweepScript.Ints(ctx, rdb, append(args, 100, n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return len(res) >= 2 && res[1] == 1
-		})
-		lost := f.On(redistest.Script(cancelScript.Hash())).LoseReply(errDied).Times(1)
-		held.Release()
-		if o := <-done; !errors.Is(o.err, errDied) || lost.Hits() != 1 {
-			t.Fatalf("alice: %+v %v, want her give-back's reply lost", o.r, o.err)
-		}
-		wantLevels(t, c, item, Levels{Total: 2, Available: 1, Held: 1})
-		if _, err := c.Reserve(ctx, item, order("c", buyerHomedAt(0, n, "cat"))); err != nil {
-			t.Fatalf("the unit alice gave back: %v", err)
 		}
 	})
 }
