@@ -111,7 +111,10 @@ func checkOrder(item string, o Order) error {
 // Concurrent calls for the same bucket are sent together in one script
 // call (see the package documentation); each is still decided on its own.
 // If ctx ends after the order was sent, the error wraps ctx.Err() and the
-// order may have been reserved: retry it with the same ID.
+// order may have been reserved: retry it with the same ID. With buckets,
+// an attempt that overlaps another attempt of the same order (a retry sent
+// while the first is still at work) may get such an answer too, when the
+// other may yet reserve the order; a retry learns how it stands.
 func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservation, error) {
 	if err := checkOrder(item, o); err != nil {
 		return Reservation{}, err
