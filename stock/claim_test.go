@@ -528,6 +528,37 @@ func TestATakenOverHoldWhoseClaimRanOutIsReportedReturned(t *testing.T) {
 	})
 }
 
+func TestARetryAnsweredSoldOutIsNotThenReservedByTheSlowFirstAttempt(t *testing.T) {
+	// Both buckets are sold out. A, the first attempt of bob's order, is
+	// refused by bucket 1 and stalls before its home's last look. B, the
+	// client's retry, resumes the claim, is refused everywhere, drops the
+	// claim and answers sold out. Then ben's unit in bucket 1 comes back.
+	// A's last look finds the claim gone: it must not walk again and
+	// reserve the order after B's answer.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		admin := newCounter(t, b.Client(t))
+		item, _, bob := soldOutPair(t, admin, 1)
+		x := order("x", bob)
+		fA, _, cA := faultyCounter(t, b)
+		lastLookA := fA.On(redistest.Script(settleScript.Hash())).Hold()
+		t.Cleanup(lastLookA.Release)
+		doneA := reserveAsync(ctx, cA, item, x)
+		redistest.WaitFor(t, 10*time.Second, "A's last look", func() bool { return lastLookA.Hits() >= 1 })
+		if _, err := newCounter(t, b.Client(t)).Reserve(ctx, item, x); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("B: %v, want ErrSoldOut", err)
+		}
+		if err := admin.Cancel(ctx, item, "b1", buyerHomedAt(1, 2, "ben")); err != nil {
+			t.Fatal(err)
+		}
+		lastLookA.Release()
+		if a := <-doneA; !errors.Is(a.err, errClaimDropped) {
+			t.Fatalf("A, after B answered sold out: %+v %v, want the outcome unknown", a.r, a.err)
+		}
+		wantLevels(t, admin, item, Levels{Total: 2, Available: 1, Held: 1})
+	})
+}
+
 func TestALateResumerFindsTheWinnersReservationNotAReturnedHold(t *testing.T) {
 	// Bucket 1 held alice's order for a call that lost the race to settle
 	// to bucket 2 and gave the unit back. A third call that found the claim

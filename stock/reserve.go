@@ -159,7 +159,7 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order, back 
 // another attempt of the order, refused everywhere, dropped it, and may
 // have claimed the order again since and reserved it (a bucket that
 // knows the order makes it walk again), perhaps onto this call's hold.
-var errClaimDropped = errors.New("another attempt of the order dropped its claim, and may reserve it again")
+var errClaimDropped = errors.New("the order's claim was dropped meanwhile, by another attempt of the order, which may reserve it again")
 
 // errRefilled says that a bucket that refused an order got units back
 // before every bucket had refused it (refilledSince).
@@ -479,14 +479,20 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 	if over == holdAtHome && res[0] == codeReserved {
 		return Reservation{OrderID: o.ID, Quantity: o.Quantity, State: Held, Deadline: msTime(deadline), Bucket: h, Replayed: resumed}, nil
 	}
-	if over == holdAtHome && res[0] == codeClaimOver && len(res) >= 4 && res[1] < 0 && res[3] > 0 {
-		// The claim's deadline passed before the last look ran: settle.lua
-		// (or a sweep) ended it, keeping the order as returned, without
-		// looking at the home's stock, so the home never refused and this
-		// is no sold-out. (No record at all, deadline 0, is a claim
-		// dropped as refused: by this call's first run, whose reply was
-		// lost, or by an overlapping attempt; sold out stands.)
-		return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
+	if over == holdAtHome && res[0] == codeClaimOver && len(res) >= 4 && res[1] < 0 {
+		if res[3] > 0 {
+			// The claim's deadline passed before the last look ran:
+			// settle.lua (or a sweep) ended it, keeping the order as
+			// returned, without looking at the home's stock, so the home
+			// never refused and this is no sold-out.
+			return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
+		}
+		// No record at all: the claim was dropped, by an overlapping
+		// attempt of the order that has answered for it (or by this
+		// call's own last look, whose reply was lost and which go-redis
+		// sent again). Walking again would reserve the order after that
+		// attempt's answer: a retry learns how it stands instead.
+		return Reservation{}, mayBeReserved(o, errClaimDropped)
 	}
 	if res[0] == codeClaimOver && len(res) >= 3 && res[1] >= 0 && int(res[1]) != over {
 		settled, state := int(res[1]), State(res[2])
