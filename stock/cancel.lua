@@ -6,10 +6,10 @@
 -- ARGV[2]  buyer
 -- ARGV[3]  the number of buckets the caller routed with
 -- ARGV[4]  (optional) a Reserve walk's token: it gives back a hold it took
---          for a claim it then lost (reserve.go's settle), unless any walk
---          has found the hold and taken it over (take.lua), itself
---          included: the hold is then left to end at its deadline, if no
---          attempt of the order settles onto it first
+--          for a claim it then lost (reserve.go's settle), if this walk
+--          made the hold and no walk has taken it over since (take.lua);
+--          else the hold is left to end at its deadline, if no attempt of
+--          the order settles onto it first
 --
 -- Reply, an array of integers:
 --   {1}            returned (now, or already before)
@@ -52,9 +52,12 @@ end
 -- A hold some walk found and took over may be reported held by any
 -- attempt of the order that settled onto it, now or later: giving it back
 -- would make that report false, so only the walk that made the hold, and
--- only while no walk has found it, may give it back.
-if ARGV[4] and redis.call('HEXISTS', KEYS[1], 'a:' .. order) == 1 then
-  return {-14}
+-- only while no walk has taken it over, may give it back.
+if ARGV[4] then
+  local mark = redis.call('HGET', KEYS[1], 'a:' .. order)
+  if mark and mark ~= 'c' .. ARGV[4] then
+    return {-14}
+  end
 end
 R.give_back(order, r, self, limit)
 return {1}

@@ -16,12 +16,12 @@
 --                   "o:<order id>" -> order record (see below);
 --                   "b:<buyer>" -> units held, sold or claimed by the
 --                   buyer's orders homed here (only with a limit);
---                   "a:<order id>" -> set when a Reserve walk took over
---                   this bucket's hold for the order: found it already
---                   held here (take.lua; rare: overlapping attempts, or
---                   resends); such a hold is never given back by a walk
---                   (cancel.lua). The value, the last such walk's token,
---                   is for debugging.
+--                   "a:<order id>" -> for a hold a Reserve walk made here
+--                   for a claim homed elsewhere: "c" and that walk's
+--                   token, or "t" and the token of the last walk that
+--                   found the hold and took it over (overlapping
+--                   attempts); only its maker gives a hold back, and
+--                   only one not taken over (take.lua, cancel.lua)
 --   KEYS[2] due     zset: the deadline in ms (Redis TIME) of each hold whose
 --                   units are here and of each claim homed here, scored by
 --                   it. A member is the order id, or the ids of one batch's

@@ -128,3 +128,38 @@ func TestAResentLastLookOfASoldOutOrderIsNotAnsweredReturned(t *testing.T) {
 		wantLevels(t, c, item, Levels{Total: 2, Held: 2})
 	})
 }
+
+// bob's walk (A) made its hold in bucket 1 with a take that go-redis sent
+// twice after a lost reply; meanwhile his retry (B) was answered sold out
+// and dropped the claim. A's settle loses and must give the hold back: the
+// second run of its own take found its own hold, which is no take-over.
+func TestAWalksResentTakeDoesNotKeepItsOwnHoldFromAGiveBack(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		admin := newCounter(t, b.Client(t))
+		item, _, bob := soldOutPair(t, admin, 1)
+		l := admin.layoutFor(item, 2)
+		x := Order{ID: "x", Buyer: bob, Quantity: 1, Hold: time.Minute}
+		rdb := b.Client(t)
+		args := append(reserveScript.Args(3, 8), l.buckets[0].keys[:]...)
+		res, err := reserveScript.Ints(ctx, rdb, append(args, 2, x.ID, bob, 1, x.Hold.Milliseconds()))
+		if err != nil || res[0] != codeClaimed {
+			t.Fatalf("A's claim: %v %v", res, err)
+		}
+		deadline := res[1]
+		if _, err := newCounter(t, b.Client(t)).Reserve(ctx, item, x); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("B: %v, want ErrSoldOut", err)
+		}
+		if err := admin.Cancel(ctx, item, "b1", buyerHomedAt(1, 2, "ben")); err != nil {
+			t.Fatal(err)
+		}
+		fA, _, cA := faultyCounter(t, b)
+		resent := resendOnce(t, b, fA, takeScript)
+		if _, err := cA.reserveElsewhere(ctx, item, cA.layoutFor(item, 2), 0, x, deadline, false, new(bool)); !errors.Is(err, errClaimDropped) || resent.Hits() != 1 {
+			t.Fatalf("A (take resent %d times): %v, want its claim found dropped", resent.Hits(), err)
+		}
+		if a := mustAudit(t, admin, item); a.Buckets[1].Held != 0 || a.Buckets[1].Available != 1 {
+			t.Fatalf("bucket 1: %+v, want A's hold given back", a.Buckets[1])
+		}
+	})
+}

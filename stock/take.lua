@@ -36,14 +36,17 @@
 -- would then hold the order's units twice, the first hold keeping them from
 -- every buyer until the deadline.
 --
--- A take that finds the order already held here takes the hold over: it
--- stores its walk's token in field "a:<order id>". From then on no walk
--- gives the hold back when it loses its settle (cancel.lua): the attempt
--- that made the hold may have found its claim dropped and be about to
--- give it back, while this caller, or a later attempt, settles onto it
--- and reports it held. A hold nobody settles onto ends at its deadline. A
--- walk resuming a claim that found the hold by looking takes it over so,
--- too, before it settles.
+-- A take that makes a hold records its walk's token with it, in field
+-- "a:<order id>" ("c" and the token). A take that finds the order already
+-- held here by another walk takes the hold over: the field becomes "t"
+-- and its own token (a resend of a walk's own take changes nothing). Only
+-- the walk that made a hold, and only while no walk has taken it over,
+-- gives it back when it loses its settle (cancel.lua): the attempt that
+-- made the hold may have found its claim dropped and be about to give it
+-- back, while the taker, or a later attempt, settles onto it and reports
+-- it held. A hold nobody settles onto ends at its deadline. A walk
+-- resuming a claim that found the hold by looking takes it over so, too,
+-- before it settles.
 --
 -- A hold here that has ended is not replayed: the caller would settle the
 -- claim onto it and report units held that are back in stock, and the
@@ -51,7 +54,7 @@
 -- (mirror.lua), would count them against the buyer until it arrived.
 local order, buyer, q, deadline = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local R = records()
-local self, limit, c, err = R.check_bucket(ARGV[6], 'available', 'held', 'o:' .. order, 'ret')
+local self, limit, c, err = R.check_bucket(ARGV[6], 'available', 'held', 'o:' .. order, 'ret', 'a:' .. order)
 if err then
   return err
 end
@@ -62,8 +65,8 @@ if c[3] then
     return {-3}
   end
   if r.st == R.SOLD or (r.st == R.HELD and r.deadline > now) then
-    if r.st == R.HELD and ARGV[7] ~= '1' then
-      redis.call('HSET', KEYS[1], 'a:' .. order, ARGV[8])
+    if r.st == R.HELD and ARGV[7] ~= '1' and c[5] ~= 'c' .. ARGV[8] then
+      redis.call('HSET', KEYS[1], 'a:' .. order, 't' .. ARGV[8])
     end
     return {2, R.STATE_CODE[r.st], r.deadline}
   end
@@ -93,6 +96,7 @@ if available < q then
   return {-1, tonumber(c[4]) or 0, swept}
 end
 redis.call('HSET', KEYS[1], 'available', available - q, 'held', held + q, 'o:' .. order,
-  R.encode({st = R.HELD, q = q, stock = self, home = tonumber(ARGV[5]), deadline = deadline, buyer = buyer}))
+  R.encode({st = R.HELD, q = q, stock = self, home = tonumber(ARGV[5]), deadline = deadline, buyer = buyer}),
+  'a:' .. order, 'c' .. ARGV[8])
 redis.call('ZADD', KEYS[2], deadline, order)
 return {1, swept}
