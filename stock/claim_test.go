@@ -1281,3 +1281,44 @@ func TestASettleThatLostGivesItsHoldBackEvenIfAskingTheWinnersBucketFails(t *tes
 		wantLevels(t, c, item, Levels{Total: 3, Available: 1, Held: 2})
 	})
 }
+
+// The mark a walk leaves on a hold it made (a:<order id>, take.lua) is
+// needed only while the hold lives: it goes with the hold, sold or
+// returned, rather than cost every walked order's bucket for the item's
+// whole life.
+func TestAWalksMarkGoesWithItsHold(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		const n = 2
+		item := newItem(t, c, Item{Total: 4, Buckets: n})
+		for _, id := range []string{"h1", "h2"} { // bucket 1's own buyers empty it
+			if _, err := c.Reserve(ctx, item, order(id, buyerHomedAt(1, n, id))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		x, y := buyerHomedAt(1, n, "x"), buyerHomedAt(1, n, "y")
+		for id, buyer := range map[string]string{"x": x, "y": y} {
+			if r, err := c.Reserve(ctx, item, order(id, buyer)); err != nil || r.Bucket != 0 {
+				t.Fatalf("%s: %+v %v, want it held in bucket 0", id, r, err)
+			}
+		}
+		key := c.layoutFor(item, n).buckets[0].keys[0].(string)
+		if ok, err := rdb.HExists(ctx, key, "a:x").Result(); err != nil || !ok {
+			t.Fatal("no mark on x's hold in bucket 0: the test no longer tests anything")
+		}
+		if err := c.Confirm(ctx, item, "x", x); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Cancel(ctx, item, "y", y); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"a:x", "a:y"} {
+			if ok, err := rdb.HExists(ctx, key, f).Result(); err != nil || ok {
+				t.Fatalf("bucket 0 still has %s (%v) after the hold ended", f, err)
+			}
+		}
+		mustAudit(t, c, item)
+	})
+}

@@ -55,5 +55,6 @@ redis.call('HSET', KEYS[1], 'o:' .. order, R.encode(r))
 redis.call('ZREM', KEYS[2], order)
 if r.home ~= self then
   redis.call('RPUSH', KEYS[3], order .. '|' .. r.home .. '|' .. R.SOLD .. '|' .. self)
+  redis.call('HDEL', KEYS[1], 'a:' .. order) -- the hold's maker mark (take.lua)
 end
 return {1}

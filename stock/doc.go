@@ -94,7 +94,9 @@
 //	                                ret (returns and restocks so far); c, tc (the creating call's id and total);
 //	                                r:<restock id> -> 1;
 //	                                o:<order id> -> "state|qty|stock bucket|home bucket|deadline ms|buyer";
-//	                                b:<buyer> -> units held, sold or claimed (only with a per-buyer limit)
+//	                                b:<buyer> -> units held, sold or claimed (only with a per-buyer limit);
+//	                                a:<order id> -> which Reserve walk made a live hold for another bucket's
+//	                                buyer, or took it over (see "Hot items: buckets")
 //	surge:stock:{T}:due      zset   order ids (one, or a batch's joined by NUL) -> deadline ms of holds (or claims) to end
 //	surge:stock:{T}:outbox   list   "order|home|state|from": outcomes a home bucket must still apply
 //

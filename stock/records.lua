@@ -21,7 +21,8 @@
 --                   token, or "t" and the token of the last walk that
 --                   found the hold and took it over (overlapping
 --                   attempts); only its maker gives a hold back, and
---                   only one not taken over (take.lua, cancel.lua)
+--                   only one not taken over (take.lua, cancel.lua). It
+--                   goes when the hold ends (give_back, confirm.lua).
 --   KEYS[2] due     zset: the deadline in ms (Redis TIME) of each hold whose
 --                   units are here and of each claim homed here, scored by
 --                   it. A member is the order id, or the ids of one batch's
@@ -122,6 +123,7 @@ local function records()
       R.release_buyer(limit, r.buyer, r.q)
     else
       redis.call('RPUSH', KEYS[3], order .. '|' .. r.home .. '|' .. R.RETURNED .. '|' .. self)
+      redis.call('HDEL', KEYS[1], 'a:' .. order) -- the hold's maker mark (take.lua)
     end
   end
 

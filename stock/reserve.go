@@ -114,7 +114,8 @@ func checkOrder(item string, o Order) error {
 // order may have been reserved: retry it with the same ID. With buckets,
 // an attempt that overlaps another attempt of the same order (a retry sent
 // while the first is still at work) may get such an answer too, when the
-// other may yet reserve the order; a retry learns how it stands.
+// other may yet reserve the order, and so may a call whose last step was
+// sent twice after a lost reply; a retry learns how it stands.
 func (c *Counter) Reserve(ctx context.Context, item string, o Order) (Reservation, error) {
 	if err := checkOrder(item, o); err != nil {
 		return Reservation{}, err
@@ -159,7 +160,7 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order, back 
 // another attempt of the order, refused everywhere, dropped it, and may
 // have claimed the order again since and reserved it (a bucket that
 // knows the order makes it walk again), perhaps onto this call's hold.
-var errClaimDropped = errors.New("the order's claim was dropped meanwhile, by another attempt of the order, which may reserve it again")
+var errClaimDropped = errors.New("the order's claim was found dropped: by another attempt of the order, which may reserve it again, or by this call's own last look, sent twice after a lost reply")
 
 // errRefilled says that a bucket that refused an order got units back
 // before every bucket had refused it (refilledSince).
@@ -490,8 +491,10 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 		// No record at all: the claim was dropped, by an overlapping
 		// attempt of the order that has answered for it (or by this
 		// call's own last look, whose reply was lost and which go-redis
-		// sent again). Walking again would reserve the order after that
-		// attempt's answer: a retry learns how it stands instead.
+		// sent again: the two look alike). Walking again would reserve
+		// the order after that attempt's answer: a retry learns how it
+		// stands instead. A first run may have swept.
+		*back = true
 		return Reservation{}, mayBeReserved(o, errClaimDropped)
 	}
 	if res[0] == codeClaimOver && len(res) >= 3 && res[1] >= 0 && int(res[1]) != over {
