@@ -9,7 +9,8 @@
 --          for a claim it then lost (reserve.go's settle), if this walk
 --          made the hold and no walk has taken it over since (take.lua);
 --          else the hold is left to end at its deadline, if no attempt of
---          the order settles onto it first
+--          the order settles onto it first. A hold given back so is
+--          forgotten with its order (below)
 --
 -- Reply, an array of integers:
 --   {1}            returned (now, or already before)
@@ -57,6 +58,19 @@ if ARGV[4] then
   local mark = redis.call('HGET', KEYS[1], 'a:' .. order)
   if mark and mark ~= 'c' .. ARGV[4] then
     return {-14}
+  end
+  if r.home ~= self then
+    -- Nobody reported this hold: its maker lost the settle, and no walk
+    -- took it over. The bucket forgets the order, as a refusal is
+    -- forgotten, so that a retry may take units here afresh; a returned
+    -- record would answer it "returned" for an order never reserved. The
+    -- home never recorded this bucket for it and needs no news.
+    redis.call('HINCRBY', KEYS[1], 'available', r.q)
+    redis.call('HINCRBY', KEYS[1], 'ret', 1)
+    redis.call('HINCRBY', KEYS[1], 'held', -r.q)
+    redis.call('HDEL', KEYS[1], 'o:' .. order, 'a:' .. order)
+    redis.call('ZREM', KEYS[2], order)
+    return {1}
   end
 end
 R.give_back(order, r, self, limit)

@@ -155,8 +155,10 @@
 // (the first call is at work, or died mid-way) resumes it. It first asks every other bucket whether it holds the order already
 // (the first call may have taken the units and lost the reply), all in one
 // pipeline, and settles onto such a hold; only then does it ask for units.
-// The first settle wins, and a call that loses gives back what it took,
-// unless a call has found that hold meanwhile: a call that finds the
+// The first settle wins, and a call that loses gives back what it took
+// (the bucket then forgets the order, as a refusal is forgotten, so that a
+// retry may take units there afresh), unless a call has found that hold
+// meanwhile: a call that finds the
 // order already held in a bucket, by walking or by resuming, marks the
 // hold as taken over before it settles onto it, and a hold so marked is
 // never given back by a losing call (it may be reported held by another
