@@ -561,6 +561,47 @@ func TestARetryAnsweredSoldOutIsNotThenReservedByTheSlowFirstAttempt(t *testing.
 	})
 }
 
+func TestAResumedTakeOverOfAHoldGivenBackMeanwhileWalksOn(t *testing.T) {
+	// bHoldsAndLosesItsClaim, with V's new claim open. X, a retry, resumes
+	// it and finds B's hold in bucket 0 by looking; before X takes it
+	// over, B gives it back (the bucket forgets the order) and bob buys
+	// the unit. X's take-over is then a plain take that is refused: X
+	// must walk on and answer sold out, not fail and leave the claim open.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newCounter(t, rdb)
+		item, alice := claimItem(t, c)
+		l := c.layoutFor(item, 2)
+		o := Order{ID: "a1", Buyer: alice, Quantity: 1, Hold: time.Minute}
+		doneB, giveBack := bHoldsAndLosesItsClaim(t, b, c, item, alice, o)
+		args := append(reserveScript.Args(3, 8), l.buckets[1].keys[:]...)
+		if res, err := reserveScript.Ints(ctx, rdb, append(args, 2, o.ID, alice, 1, o.Hold.Milliseconds())); err != nil || res[0] != codeClaimed {
+			t.Fatalf("V's new claim: %v %v", res, err)
+		}
+		fX, _, cX := faultyCounter(t, b)
+		in0 := takeIn(l, 0)
+		takeOver := fX.On(func(cmd redis.Cmder) bool { return in0(cmd) && !isLook(cmd) }).Hold()
+		doneX := reserveAsync(ctx, cX, item, o)
+		redistest.WaitFor(t, 10*time.Second, "X to take B's hold over", func() bool { return takeOver.Hits() >= 1 })
+		giveBack.Release()
+		if err := <-doneB; !errors.Is(err, errClaimDropped) {
+			t.Fatalf("B: %v, want the outcome unknown", err)
+		}
+		if _, err := c.Reserve(ctx, item, order("b1", buyerHomedAt(0, 2, "bob"))); err != nil {
+			t.Fatalf("bob: %v", err)
+		}
+		takeOver.Release()
+		if got := <-doneX; !errors.Is(got.err, ErrSoldOut) {
+			t.Fatalf("X: %+v %v, want ErrSoldOut", got.r, got.err)
+		}
+		if err := c.Confirm(ctx, item, o.ID, alice); !errors.Is(err, ErrUnknownOrder) {
+			t.Fatalf("Confirm of alice's order: %v, want ErrUnknownOrder (its claim dropped)", err)
+		}
+		mustAudit(t, c, item)
+	})
+}
+
 func TestALateResumerFindsTheWinnersReservationNotAReturnedHold(t *testing.T) {
 	// Bucket 1 held alice's order for a call that lost the race to settle
 	// to bucket 2 and gave the unit back. A third call that found the claim

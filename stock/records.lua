@@ -22,7 +22,8 @@
 --                   found the hold and took it over (overlapping
 --                   attempts); only its maker gives a hold back, and
 --                   only one not taken over (take.lua, cancel.lua). It
---                   goes when the hold ends (give_back, confirm.lua).
+--                   goes when the hold ends (give_back, confirm.lua, and
+--                   cancel.lua's give-back, which forgets the order).
 --   KEYS[2] due     zset: the deadline in ms (Redis TIME) of each hold whose
 --                   units are here and of each claim homed here, scored by
 --                   it. A member is the order id, or the ids of one batch's

@@ -245,11 +245,20 @@ func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, 
 		}
 		if res != nil && res[0] == codeReplayed && len(res) > 1 && State(res[1]) == Held {
 			// Take the hold over before settling onto it, as a walk's
-			// take does (take.lua): the attempt that took it may have
+			// take does (take.lua): the attempt that made it may have
 			// found its claim dropped and be about to give it back. If
-			// it already has, the take says the hold ended.
+			// it already has, the bucket has forgotten the order, and
+			// this is a plain take: it holds units afresh, or refuses,
+			// and the walk then goes on as usual.
 			if res, err = c.call(ctx, item, takeScript, takeArgs(l, k, h, o, deadline, tok)); err != nil {
+				*back = true // it may have swept
 				return Reservation{}, mayBeReserved(o, err)
+			}
+			if (res[0] == codeReserved && len(res) > 1 && res[1] == 1) || (res[0] == codeEmpty && len(res) > 2 && res[2] == 1) {
+				*back = true // take.lua's sweep put units back in k
+			}
+			if res[0] == codeEmpty {
+				res = nil
 			}
 		}
 		if res != nil {
