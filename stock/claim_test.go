@@ -561,6 +561,48 @@ func TestARetryAnsweredSoldOutIsNotThenReservedByTheSlowFirstAttempt(t *testing.
 	})
 }
 
+func TestASlowLastLookLeavesANewerClaimAlone(t *testing.T) {
+	// Both buckets are sold out. A, the first attempt of bob's order,
+	// stalls before its home's last look; B, a retry, is refused
+	// everywhere, drops the claim and answers sold out; C, another retry,
+	// claims the order anew and is still walking when ann's unit in bob's
+	// home comes back. A's late last look must leave C's claim alone:
+	// neither hold the unit on it (A would report a reservation C is
+	// still making) nor drop it under C.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		admin := newCounter(t, rdb)
+		item, ann, bob := soldOutPair(t, admin, 1)
+		x := order("x", bob)
+		fA, _, cA := faultyCounter(t, b)
+		lastLookA := fA.On(redistest.Script(settleScript.Hash())).Hold()
+		t.Cleanup(lastLookA.Release)
+		doneA := reserveAsync(ctx, cA, item, x)
+		redistest.WaitFor(t, 10*time.Second, "A's last look", func() bool { return lastLookA.Hits() >= 1 })
+		if _, err := newCounter(t, b.Client(t)).Reserve(ctx, item, x); !errors.Is(err, ErrSoldOut) {
+			t.Fatalf("B: %v, want ErrSoldOut", err)
+		}
+		l := admin.layoutFor(item, 2)
+		args := append(reserveScript.Args(3, 8), l.buckets[0].keys[:]...)
+		res, err := reserveScript.Ints(ctx, rdb, append(args, 2, x.ID, bob, 1, (2*time.Minute).Milliseconds()))
+		if err != nil || res[0] != codeClaimed {
+			t.Fatalf("C's claim: %v %v", res, err)
+		}
+		if err := admin.Cancel(ctx, item, "a0", ann); err != nil {
+			t.Fatal(err)
+		}
+		lastLookA.Release()
+		if a := <-doneA; !errors.Is(a.err, errClaimDropped) {
+			t.Fatalf("A: %+v %v, want the outcome unknown", a.r, a.err)
+		}
+		if err := admin.Confirm(ctx, item, x.ID, bob); !errors.Is(err, ErrPending) {
+			t.Fatalf("Confirm: %v, want ErrPending: C's claim still open", err)
+		}
+		wantLevels(t, admin, item, Levels{Total: 2, Available: 1, Held: 1})
+	})
+}
+
 func TestAResumedTakeOverOfAHoldGivenBackMeanwhileWalksOn(t *testing.T) {
 	// bHoldsAndLosesItsClaim, with V's new claim open. X, a retry, resumes
 	// it and finds B's hold in bucket 0 by looking; before X takes it

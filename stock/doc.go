@@ -166,9 +166,10 @@
 // settles onto it. A loser whose claim another attempt dropped as refused
 // answers that the order may have been reserved: that attempt walks again
 // when a bucket has come to know the order, and may reserve it. So does a
-// call whose home's last look finds its claim dropped: it does not walk
-// again, which could reserve the order after the other attempt answered
-// sold out. If nobody resumes, the claim and any units
+// call whose home's last look finds its claim dropped, or another
+// attempt's newer claim in its place (which it leaves alone): it does not
+// walk again, which could reserve the order after the other attempt
+// answered sold out. If nobody resumes, the claim and any units
 // taken end at the deadline like any hold; so do units a first call took
 // after its retry had looked and before the first call died. These two
 // cases (a hold taken over while the claim settled in another bucket, and

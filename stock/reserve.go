@@ -469,12 +469,12 @@ const holdAtHome = -2
 // the units instead if it has them, and back (not nil then) is set if its
 // sweep put units back first.
 func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over int, o Order, deadline int64, resumed bool, why error, back *bool) (Reservation, error) {
-	args := append(settleScript.Args(3, 6), l.buckets[h].keys[:]...)
+	args := append(settleScript.Args(3, 7), l.buckets[h].keys[:]...)
 	drop := -1
 	if over == holdAtHome {
 		drop = holdAtHome
 	}
-	res, err := c.call(ctx, item, settleScript, append(args, o.ID, drop, l.n))
+	res, err := c.call(ctx, item, settleScript, append(args, o.ID, drop, l.n, deadline))
 	if err != nil {
 		// Not why: the settle may have run, and found the claim settled by
 		// another call or (holdAtHome) held the units here, after a sweep.

@@ -10,7 +10,10 @@
 -- ARGV[3]  the number of buckets the caller routed with
 -- ARGV[4]  with a bucket in ARGV[2]: the deadline of its hold (ms), the
 --          claim's unless the call settles onto a hold another call's
---          claim took
+--          claim took; with -1 or -2: the deadline of the caller's claim,
+--          which tells it from a newer claim of another attempt of the
+--          order (the caller's was dropped meanwhile): that one is left
+--          alone, and the reply is {-8, -1, 3, 0}, as for a dropped claim
 --
 -- Reply, an array of integers:
 --   {1, swept}     settled: the order is held in that bucket (with -2:
@@ -39,6 +42,9 @@ if not r or r.home ~= self then
 end
 if r.st ~= R.CLAIMED then
   return {-8, r.stock, R.STATE_CODE[r.st], r.deadline}
+end
+if k < 0 and ARGV[4] and tonumber(ARGV[4]) ~= r.deadline then
+  return {-8, -1, 3, 0}
 end
 local now = R.now_ms()
 if r.deadline <= now then
