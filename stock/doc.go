@@ -167,9 +167,10 @@
 // answers that the order may have been reserved: that attempt walks again
 // when a bucket has come to know the order, and may reserve it. So does a
 // call whose home's last look finds its claim dropped, or another
-// attempt's newer claim in its place (which it leaves alone): it does not
-// walk again, which could reserve the order after the other attempt
-// answered sold out. If nobody resumes, the claim and any units
+// attempt's newer claim in its place (which it leaves alone, told apart by
+// its deadline: not when the two deadlines tie, both cut to the item's
+// expiry or made in one millisecond): it does not walk again, which could
+// reserve the order after the other attempt answered sold out. If nobody resumes, the claim and any units
 // taken end at the deadline like any hold; so do units a first call took
 // after its retry had looked and before the first call died. These two
 // cases (a hold taken over while the claim settled in another bucket, and

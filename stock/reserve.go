@@ -497,8 +497,9 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 			// never refused and this is no sold-out.
 			return Reservation{}, fmt.Errorf("%w: %q: the hold ended while reserving", ErrReturned, o.ID)
 		}
-		// No record at all: the claim was dropped, by an overlapping
-		// attempt of the order that has answered for it (or by this
+		// No record at all, or another attempt's newer claim (settle.lua
+		// tells them apart by deadline): the claim was dropped, by an
+		// overlapping attempt of the order that has answered for it (or by this
 		// call's own last look, whose reply was lost and which go-redis
 		// sent again: the two look alike). Walking again would reserve
 		// the order after that attempt's answer: a retry learns how it

@@ -13,7 +13,9 @@
 --          claim took; with -1 or -2: the deadline of the caller's claim,
 --          which tells it from a newer claim of another attempt of the
 --          order (the caller's was dropped meanwhile): that one is left
---          alone, and the reply is {-8, -1, 3, 0}, as for a dropped claim
+--          alone, and the reply is {-8, -1, 3, 0}, as for a dropped claim.
+--          Claims whose deadlines tie (both cut to the item's expiry, or
+--          made in one millisecond with one hold) are not told apart
 --
 -- Reply, an array of integers:
 --   {1, swept}     settled: the order is held in that bucket (with -2:
