@@ -530,6 +530,25 @@ func TestATakenOverHoldWhoseClaimRanOutIsReportedReturned(t *testing.T) {
 	})
 }
 
+// aStallsAndBIsSoldOut plays the start of two attempts of order x on
+// soldOutPair's item: A stalls before its home's last look, and B, the
+// client's retry, resumes the claim, is refused everywhere, drops the
+// claim and is answered sold out. It returns where A's outcome arrives,
+// and the release of A's last look.
+func aStallsAndBIsSoldOut(t *testing.T, b *redistest.Backend, item string, x Order) (<-chan outcome, func()) {
+	t.Helper()
+	ctx := context.Background()
+	fA, _, cA := faultyCounter(t, b)
+	lastLookA := fA.On(redistest.Script(settleScript.Hash())).Hold()
+	t.Cleanup(lastLookA.Release)
+	doneA := reserveAsync(ctx, cA, item, x)
+	redistest.WaitFor(t, 10*time.Second, "A's last look", func() bool { return lastLookA.Hits() >= 1 })
+	if _, err := newCounter(t, b.Client(t)).Reserve(ctx, item, x); !errors.Is(err, ErrSoldOut) {
+		t.Fatalf("B: %v, want ErrSoldOut", err)
+	}
+	return doneA, lastLookA.Release
+}
+
 func TestARetryAnsweredSoldOutIsNotThenReservedByTheSlowFirstAttempt(t *testing.T) {
 	// Both buckets are sold out. A, the first attempt of bob's order, is
 	// refused by bucket 1 and stalls before its home's last look. B, the
@@ -541,19 +560,11 @@ func TestARetryAnsweredSoldOutIsNotThenReservedByTheSlowFirstAttempt(t *testing.
 		ctx := context.Background()
 		admin := newCounter(t, b.Client(t))
 		item, _, bob := soldOutPair(t, admin, 1)
-		x := order("x", bob)
-		fA, _, cA := faultyCounter(t, b)
-		lastLookA := fA.On(redistest.Script(settleScript.Hash())).Hold()
-		t.Cleanup(lastLookA.Release)
-		doneA := reserveAsync(ctx, cA, item, x)
-		redistest.WaitFor(t, 10*time.Second, "A's last look", func() bool { return lastLookA.Hits() >= 1 })
-		if _, err := newCounter(t, b.Client(t)).Reserve(ctx, item, x); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("B: %v, want ErrSoldOut", err)
-		}
+		doneA, releaseA := aStallsAndBIsSoldOut(t, b, item, order("x", bob))
 		if err := admin.Cancel(ctx, item, "b1", buyerHomedAt(1, 2, "ben")); err != nil {
 			t.Fatal(err)
 		}
-		lastLookA.Release()
+		releaseA()
 		if a := <-doneA; !errors.Is(a.err, errClaimDropped) {
 			t.Fatalf("A, after B answered sold out: %+v %v, want the outcome unknown", a.r, a.err)
 		}
@@ -575,14 +586,7 @@ func TestASlowLastLookLeavesANewerClaimAlone(t *testing.T) {
 		admin := newCounter(t, rdb)
 		item, ann, bob := soldOutPair(t, admin, 1)
 		x := order("x", bob)
-		fA, _, cA := faultyCounter(t, b)
-		lastLookA := fA.On(redistest.Script(settleScript.Hash())).Hold()
-		t.Cleanup(lastLookA.Release)
-		doneA := reserveAsync(ctx, cA, item, x)
-		redistest.WaitFor(t, 10*time.Second, "A's last look", func() bool { return lastLookA.Hits() >= 1 })
-		if _, err := newCounter(t, b.Client(t)).Reserve(ctx, item, x); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("B: %v, want ErrSoldOut", err)
-		}
+		doneA, releaseA := aStallsAndBIsSoldOut(t, b, item, x)
 		l := admin.layoutFor(item, 2)
 		args := append(reserveScript.Args(3, 8), l.buckets[0].keys[:]...)
 		res, err := reserveScript.Ints(ctx, rdb, append(args, 2, x.ID, bob, 1, (2*time.Minute).Milliseconds()))
@@ -592,7 +596,7 @@ func TestASlowLastLookLeavesANewerClaimAlone(t *testing.T) {
 		if err := admin.Cancel(ctx, item, "a0", ann); err != nil {
 			t.Fatal(err)
 		}
-		lastLookA.Release()
+		releaseA()
 		if a := <-doneA; !errors.Is(a.err, errClaimDropped) {
 			t.Fatalf("A: %+v %v, want the outcome unknown", a.r, a.err)
 		}
