@@ -156,10 +156,11 @@ func (c *Counter) reserveRouted(ctx context.Context, item string, o Order, back 
 	}
 }
 
-// errClaimDropped says that a call settling its claim found it gone:
-// another attempt of the order, refused everywhere, dropped it, and may
-// have claimed the order again since and reserved it (a bucket that
-// knows the order makes it walk again), perhaps onto this call's hold.
+// errClaimDropped says that a call found its claim gone, when settling it
+// onto a bucket or at its home's last look: another attempt of the order,
+// refused everywhere, dropped it, and may have claimed the order again
+// since and reserved it (a bucket that knows the order makes it walk
+// again), perhaps onto this call's hold.
 var errClaimDropped = errors.New("the order's claim was found dropped: by another attempt of the order, which may reserve it again, or by this call's own last look, sent twice after a lost reply")
 
 // errRefilled says that a bucket that refused an order got units back
@@ -235,8 +236,9 @@ func (c *Counter) reserve(ctx context.Context, item string, o Order, back *bool)
 // the reply, so every bucket is first asked whether it holds the order
 // (take.lua), all at once.
 func (c *Counter) reserveElsewhere(ctx context.Context, item string, l *layout, h int, o Order, deadline int64, resumed bool, back *bool) (Reservation, error) {
-	// The walk's token marks the holds it takes over (take.lua): a walk
-	// gives back only a hold no walk has taken over (cancel.lua).
+	// The walk's token marks the holds it makes or takes over (take.lua):
+	// a walk gives back only a hold it made that no walk has taken over
+	// since (cancel.lua).
 	tok := rand.Text()
 	if resumed {
 		k, res, err := c.lookElsewhere(ctx, item, l, h, o, deadline)
@@ -401,8 +403,10 @@ func takeArgs(l *layout, k, h int, o Order, deadline int64, tok string) []any {
 // until deadline. If another call settled the claim first, with the same
 // bucket this call's hold is that reservation; with another bucket, or if
 // the claim ended meanwhile (its deadline passed: it was swept, or
-// settle.lua ends it), the units taken from k are given back, unless a
-// walk other than this one (token tok) has taken the hold over since.
+// settle.lua ends it), the units taken from k are given back, if this
+// walk (token tok) made the hold and no walk has taken it over since. A
+// claim another attempt dropped leaves the outcome unknown
+// (errClaimDropped).
 func (c *Counter) settle(ctx context.Context, item string, l *layout, h, k int, o Order, deadline int64, resumed bool, tok string) (Reservation, error) {
 	args := append(settleScript.Args(3, 7), l.buckets[h].keys[:]...)
 	res, err := c.call(ctx, item, settleScript, append(args, o.ID, k, l.n, deadline))
@@ -499,11 +503,11 @@ func (c *Counter) dropClaim(ctx context.Context, item string, l *layout, h, over
 		}
 		// No record at all, or another attempt's newer claim (settle.lua
 		// tells them apart by deadline): the claim was dropped, by an
-		// overlapping attempt of the order that has answered for it (or by this
-		// call's own last look, whose reply was lost and which go-redis
-		// sent again: the two look alike). Walking again would reserve
-		// the order after that attempt's answer: a retry learns how it
-		// stands instead. A first run may have swept.
+		// overlapping attempt of the order that has answered for it (or
+		// by this call's own last look, whose reply was lost and which
+		// go-redis sent again: the two look alike). Walking again would
+		// reserve the order after that attempt's answer: a retry learns
+		// how it stands instead. A first run may have swept.
 		*back = true
 		return Reservation{}, mayBeReserved(o, errClaimDropped)
 	}
