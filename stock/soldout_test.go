@@ -377,6 +377,17 @@ func bucket1RunsOut(t *testing.T, b *redistest.Backend) (f *redistest.Faults, rd
 	return f, rdb, c, item, h
 }
 
+// dMarksTwoSoldOut has d, homed in bucket 0 of bucket1RunsOut's item, be
+// refused an order of 2 while both buckets' units are held: the cache
+// then marks orders of 2 or more.
+func dMarksTwoSoldOut(t *testing.T, c *Counter, item string) {
+	t.Helper()
+	d := Order{ID: "d", Buyer: buyerHomedAt(0, 2, "d"), Quantity: 2, Hold: time.Minute}
+	if _, err := c.Reserve(context.Background(), item, d); !errors.Is(err, ErrSoldOut) {
+		t.Fatalf("d: %v, want ErrSoldOut", err)
+	}
+}
+
 func TestAResumedWalkThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 	// Two buckets of 3: bucket 0's held for an hour, bucket 1's briefly.
 	// d's order of 2 is refused and marks orders of 2 or more. alice's
@@ -388,9 +399,7 @@ func TestAResumedWalkThatSweptExpiredHoldsClearsTheSoldOutMark(t *testing.T) {
 		f, rdb, c, item, h := bucket1RunsOut(t, b)
 		const n = 2
 		l := c.layoutFor(item, n)
-		if _, err := c.Reserve(ctx, item, Order{ID: "d", Buyer: buyerHomedAt(0, n, "d"), Quantity: 2, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("d: %v, want ErrSoldOut", err)
-		}
+		dMarksTwoSoldOut(t, c, item)
 		a := Order{ID: "a", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute}
 		f.On(takeIn(l, 1)).Fail(errDied).Times(1)
 		if _, err := c.Reserve(ctx, item, a); !errors.Is(err, errDied) {
@@ -451,9 +460,7 @@ func TestAWalksTakeWhoseReplyIsLostAfterSweepingClearsTheSoldOutMark(t *testing.
 		f, rdb, c, item, h := bucket1RunsOut(t, b)
 		const n = 2
 		l := c.layoutFor(item, n)
-		if _, err := c.Reserve(ctx, item, Order{ID: "d", Buyer: buyerHomedAt(0, n, "d"), Quantity: 2, Hold: time.Minute}); !errors.Is(err, ErrSoldOut) {
-			t.Fatalf("d: %v, want ErrSoldOut", err)
-		}
+		dMarksTwoSoldOut(t, c, item)
 		waitPast(t, rdb, h.Deadline)
 		f.On(takeIn(l, 1)).LoseReply(errDied).Times(1)
 		if _, err := c.Reserve(ctx, item, Order{ID: "a", Buyer: buyerHomedAt(0, n, "alice"), Quantity: 1, Hold: time.Minute}); !errors.Is(err, errDied) {
