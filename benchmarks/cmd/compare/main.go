@@ -7,8 +7,11 @@
 // measured at 100 µs and at 330 µs per pair within a minute). So each
 // round runs every library's sub-benchmark once, briefly and in a rotated
 // order, and surge's ratio to each library is taken within the round, where
-// both saw the same conditions. The reported ratio is the median of the
-// per-round ratios; absolute figures are medians over the rounds.
+// both saw the same conditions. A round goes benchmark by benchmark, each
+// library's run in a process of its own, so the runs a ratio compares are
+// seconds apart, not the minute that all of one library's benchmarks take.
+// The reported ratio is the median of the per-round ratios; absolute
+// figures are medians over the rounds.
 //
 // Run it from the benchmarks directory:
 //
@@ -70,42 +73,61 @@ func run(rounds int, bench, benchtime string, verbose bool) error {
 		addr = srv.Addr
 	}
 
+	benchmarks, err := list(bin, bench)
+	if err != nil {
+		return err
+	}
+	// absent[benchmark][lib]: the benchmark has no sub-benchmark of that
+	// library (it printed nothing in the first round), so later rounds
+	// skip it.
+	absent := map[string]map[string]bool{}
 	// samples[benchmark][metric][lib] = one value per round
 	samples := map[string]map[string]map[string][]float64{}
 	var order []string
 	for r := range rounds {
-		for i := range libs {
-			lib := libs[(i+r)%len(libs)]
-			// The parentheses keep a top-level alternation ("A$|B$") from
-			// splitting the pattern: without them only B is held to lib.
-			cmd := exec.Command(bin, "-test.run", "^$", "-test.bench", "("+bench+")/^"+lib+"$", "-test.benchtime", benchtime)
-			cmd.Env = append(os.Environ(), "SURGE_BENCH_REDIS="+addr)
-			var out bytes.Buffer
-			cmd.Stdout = &out
-			cmd.Stderr = os.Stderr
-			if err := cmd.Run(); err != nil {
-				os.Stdout.Write(out.Bytes())
-				return fmt.Errorf("round %d, %s: %w", r+1, lib, err)
+		for _, top := range benchmarks {
+			if absent[top] == nil {
+				absent[top] = map[string]bool{}
 			}
-			sc := bufio.NewScanner(&out)
-			for sc.Scan() {
-				name, metrics, ok := parse(sc.Text())
-				if !ok {
+			for i := range libs {
+				lib := libs[(i+r)%len(libs)]
+				if absent[top][lib] {
 					continue
 				}
-				if verbose {
-					fmt.Println(sc.Text())
+				cmd := exec.Command(bin, "-test.run", "^$", "-test.bench", "^"+top+"$/^"+lib+"$", "-test.benchtime", benchtime)
+				cmd.Env = append(os.Environ(), "SURGE_BENCH_REDIS="+addr)
+				var out bytes.Buffer
+				cmd.Stdout = &out
+				cmd.Stderr = os.Stderr
+				if err := cmd.Run(); err != nil {
+					os.Stdout.Write(out.Bytes())
+					return fmt.Errorf("round %d, %s, %s: %w", r+1, top, lib, err)
 				}
-				base, l, _ := strings.Cut(name, "/")
-				if samples[base] == nil {
-					samples[base] = map[string]map[string][]float64{}
-					order = append(order, base)
-				}
-				for m, v := range metrics {
-					if samples[base][m] == nil {
-						samples[base][m] = map[string][]float64{}
+				found := false
+				sc := bufio.NewScanner(&out)
+				for sc.Scan() {
+					name, metrics, ok := parse(sc.Text())
+					if !ok {
+						continue
 					}
-					samples[base][m][l] = append(samples[base][m][l], v)
+					found = true
+					if verbose {
+						fmt.Println(sc.Text())
+					}
+					base, l, _ := strings.Cut(name, "/")
+					if samples[base] == nil {
+						samples[base] = map[string]map[string][]float64{}
+						order = append(order, base)
+					}
+					for m, v := range metrics {
+						if samples[base][m] == nil {
+							samples[base][m] = map[string][]float64{}
+						}
+						samples[base][m][l] = append(samples[base][m][l], v)
+					}
+				}
+				if !found {
+					absent[top][lib] = true
 				}
 			}
 		}
@@ -113,6 +135,26 @@ func run(rounds int, bench, benchtime string, verbose bool) error {
 	}
 	report(samples, order, rounds)
 	return nil
+}
+
+// list returns the top-level benchmarks of bin that pattern (a
+// -test.bench pattern of the top level) selects, in the order go test runs
+// them.
+func list(bin, pattern string) ([]string, error) {
+	out, err := exec.Command(bin, "-test.list", pattern).Output()
+	if err != nil {
+		return nil, fmt.Errorf("listing the benchmarks: %w", err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if name := strings.TrimSpace(line); strings.HasPrefix(name, "Benchmark") {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no benchmark matches %q", pattern)
+	}
+	return names, nil
 }
 
 // parse reads a benchmark result line: name, iterations, then value-unit
