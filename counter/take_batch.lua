@@ -57,6 +57,12 @@
 -- always written with SET, as INCRBY's reply could not tell the two
 -- apart.
 --
+-- Numbers: every argument a script hands Redis is a string (an ARGV, or
+-- formatted with %d). Redis 7.2.0 to 7.2.4 printed a Lua number with
+-- eight or more trailing zeros in exponent form (100000000 as "1e+08",
+-- redis/redis#13113), which INCRBY and PEXPIREAT refuse and SET would
+-- store; a test in internal/script reads every script for this.
+--
 -- Why batches: on a busy server a script call's fixed costs (reading and
 -- parsing the command, setting up KEYS and ARGV, TIME, MGET, the reply)
 -- are as large as one call's counting; a batch pays them once: Redis
@@ -164,8 +170,9 @@ local a, k = 2, 0 -- a call's first argument (its m); its keys follow KEYS[k]
 
 -- write stores v, the count of key (whose arguments start at ARGV[b]),
 -- with its expiry (see above); existed: the count the key held, if any;
--- by: v - existed, as ARGV[b] (a count's own n) or a number (the n of
--- several counts of one key in one call, which are written once).
+-- by: v - existed, as a string: ARGV[b] (a count's own n), or the n of
+-- several counts of one key in one call, which are written once, formatted
+-- (never a Lua number: see "Numbers" above).
 local function write(key, existed, v, b, by)
   local windowed = ARGV[b + 4] ~= '0'
   if existed and existed ~= 0 and redis.pcall('INCRBY', key, by) == v then
@@ -281,7 +288,7 @@ while a <= #ARGV do
         v = before or 0
       elseif counted[i] and not written[key] then
         written[key] = true -- once per key, with its final value
-        write(key, before, v, b, v - (before or 0))
+        write(key, before, v, b, string.format('%d', v - (before or 0)))
       end
       reply[r + 2 * i], reply[r + 2 * i + 1] = v, (allowed == 1 and counted[i]) and 1 or 0
     end

@@ -80,9 +80,11 @@ end
 if dead then
   redis.call('HDEL', key, 'dver')
 end
-local ttl = tonumber(ARGV[4])
-if ttl > 0 then
-  redis.call('PEXPIRE', key, ttl)
+-- ARGV[4] itself, not tonumber's result: Redis 7.2.0 to 7.2.4 handed a
+-- command a Lua number such as 100000000 as "1e+08", which PEXPIRE
+-- refuses (redis/redis#13113), after the HSET above had been made.
+if tonumber(ARGV[4]) > 0 then
+  redis.call('PEXPIRE', key, ARGV[4])
 elseif ver or dead then
   redis.call('PERSIST', key)
 end
