@@ -173,11 +173,14 @@
 //
 // # Concurrent calls share round trips
 //
-// While a Client has six script calls or pipelines in flight to a server
-// (on a ClusterClient, two to each master node: each node's calls are
-// pipelined apart, so a slow node holds up only its own), further calls
-// for it queue, and the next one sent takes them along, up to 64 at a
-// time. A lone call goes at once, alone.
+// While a Client has six script calls of Take and Incr in flight to a
+// server, further Take and Incr calls queue, and the next one sent takes
+// them along, up to 64 at a time. Get, AddUnique and CountUnique share
+// six pipelines of their own the same way (they never queue behind Take
+// and Incr); the calendar, versioned values and CountUniqueBetween go
+// alone. On a ClusterClient, Take and Incr share pipelines too, two in
+// flight to each master node: each node's calls are pipelined apart, so a
+// slow node holds up only its own. A lone call goes at once, alone.
 //
 // Over a *redis.Client, queued Take and Incr calls go in one script call
 // (take_batch.lua), which decides each in turn exactly as if it had been
@@ -190,9 +193,9 @@
 // own), plus the syscalls of each script call. A batch's keys
 // span slots, which a proxy in front of several shards refuses
 // (CROSSSLOT) before running anything: the calls are then sent one by
-// one, and that Client batches no more. Get calls, and every call over a
-// ClusterClient, share pipelines instead: each is still a script call of
-// its own, and only the round trips and the network syscalls are shared.
+// one, and that Client batches no more. The calls that share pipelines
+// instead (above) are each still a script call of their own: only the
+// round trips and the network syscalls are shared.
 // Over a Ring every call goes alone.
 //
 // A call whose context ends while it is queued is never sent; one whose
@@ -202,7 +205,8 @@
 // because one caller gave up. A call that goes alone (as one does when
 // nothing else is in flight) waits on go-redis like any command: for its
 // reply, or until the client's ReadTimeout, or until the context's
-// deadline if the client has ContextTimeoutEnabled.
+// deadline if the client has ContextTimeoutEnabled; its error then wraps
+// ctx.Err() too (it may have counted).
 // go-redis resends a command or pipeline whose reply was lost as a whole:
 // every call of a batch may then count twice, with the effect on each
 // described above.

@@ -24,13 +24,17 @@
 -- counted}, where allowed and counted are 1 or 0 and value is the count
 -- after the call; or {-1, now, 0, ...} when the Redis clock is not in a
 -- period the call named (period.lua), or {-2, 0, ...} when one of its
--- keys holds another type than a string: that call counted nothing, and
--- the others are decided.
+-- keys holds another type than a string, or a string that is not a
+-- number: that call counted nothing, and the others are decided.
 --
 -- MGET reads a key of another type as nil, like a missing one, and SET
 -- would replace it: a key read as nil is checked with EXISTS before it is
 -- written (one call for the batch, and only when a key is new), as
--- take_one.lua's GET refuses it.
+-- take_one.lua's GET refuses it. A string that is not a number is not a
+-- count either, and is refused the same way rather than overwritten:
+-- another program's, or this package's own sketch of unique counts or
+-- calendar month under a name a count also took ("{x}:u" with a daily
+-- window names the day's sketch of "x").
 --
 -- A resend of this script (go-redis, after a lost reply) counts every
 -- call again, within the caps: the count stays a plain decimal other
@@ -89,6 +93,9 @@ if #KEYS == 2 and #ARGV == 14 and KEYS[1] ~= KEYS[2] then
     return {-2, 0, 0, 0, 0}
   end
   local was1, was2 = tonumber(got[1]), tonumber(got[2])
+  if (got[1] and not was1) or (got[2] and not was2) then
+    return {-2, 0, 0, 0, 0}
+  end
   local v1, v2 = (was1 or 0) + tonumber(a[3]), (was2 or 0) + tonumber(a[9])
   local fits1, fits2 = v1 <= tonumber(a[4]), v2 <= tonumber(a[10])
   if (not fits1 and a[5] == '0') or (not fits2 and a[11] == '0') then
@@ -148,6 +155,19 @@ for i = 1, #KEYS do
       end
     end
     break
+  end
+end
+-- got[] now holds each key's count as a number, or false: a string that
+-- is not a number is refused as another type is (see above).
+for i = 1, #KEYS do
+  local g = got[i]
+  if g then
+    local v = tonumber(g)
+    if not v then
+      wrong_type = wrong_type or {}
+      wrong_type[KEYS[i]] = true
+    end
+    got[i] = v or false
   end
 end
 -- done[key] is a key's count as the calls so far left it, once one of
@@ -224,12 +244,12 @@ while a <= #ARGV do
     -- common calls, decided without a table.
     local b1, b2 = a + 1, a + 7
     local k1, k2 = KEYS[k + 1], KEYS[k + 2]
-    local was1 = done[k1] or tonumber(got[k + 1])
+    local was1 = done[k1] or got[k + 1]
     local v1 = (was1 or 0) + num(ARGV[b1])
     local fits1 = v1 <= num(ARGV[b1 + 1])
     local was2, v2, fits2 = nil, 0, true
     if m == 2 then
-      was2 = done[k2] or tonumber(got[k + 2])
+      was2 = done[k2] or got[k + 2]
       v2 = (was2 or 0) + num(ARGV[b2])
       fits2 = v2 <= num(ARGV[b2 + 1])
     end
@@ -257,7 +277,7 @@ while a <= #ARGV do
         local b = a + 6 * i - 5
         if ARGV[b + 2] == want then
           local key = KEYS[k + i]
-          local v = (value[key] or done[key] or tonumber(got[k + i]) or 0) + num(ARGV[b])
+          local v = (value[key] or done[key] or got[k + i] or 0) + num(ARGV[b])
           if v <= num(ARGV[b + 1]) then
             value[key] = v
             counted[i] = true
@@ -277,7 +297,7 @@ while a <= #ARGV do
     for i = 1, m do
       local key = KEYS[k + i]
       if was[key] == nil then
-        was[key] = done[key] or tonumber(got[k + i]) or false
+        was[key] = done[key] or got[k + i] or false
       end
     end
     for i = 1, m do

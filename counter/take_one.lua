@@ -8,8 +8,8 @@
 --
 -- Reply: {allowed, value, counted}, as take_batch.lua's; or {-1, now}
 -- when the Redis clock is not in the period named (period.lua); or
--- {-2, 0, 0} when the key holds another type than a string, which is
--- left as it is. A resend counts again, within the cap, as
+-- {-2, 0, 0} when the key holds another type than a string, or a string
+-- that is not a number, which is left as it is. A resend counts again, within the cap, as
 -- take_batch.lua's does.
 if outside(ARGV[1], ARGV[4], ARGV[5]) then
   return {-1, clock_now}
@@ -17,9 +17,20 @@ end
 local key = KEYS[1]
 local got = redis.pcall('GET', key)
 if type(got) == 'table' then
+  -- Only WRONGTYPE is another type; any other error (an ACL's refusal,
+  -- say) is the caller's to see as it is.
+  if not string.find(got.err or '', 'WRONGTYPE', 1, true) then
+    return got
+  end
   return {-2, 0, 0}
 end
-local before = tonumber(got) or 0
+local before = tonumber(got)
+if got and not before then
+  -- A string that is not a number is not a count either (see
+  -- take_batch.lua): left as it is.
+  return {-2, 0, 0}
+end
+before = before or 0
 local v = before + tonumber(ARGV[2])
 if v > tonumber(ARGV[3]) then
   return {0, before, 0}

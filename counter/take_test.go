@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -881,4 +882,136 @@ func TestWhatDecidesIsReadOnThePrimary(t *testing.T) {
 			t.Fatalf("read-only commands sent: %v", reads)
 		}
 	})
+}
+
+func TestAStringThatIsNotACountIsRefusedAndLeftAsItIs(t *testing.T) {
+	// A count's key that holds a string other than a number (another
+	// program's, or this package's own sketch of unique counts under a
+	// name a count also took: "{x}:u" with a daily window is the day's
+	// sketch of "x") is neither counted nor overwritten, whichever path
+	// the call takes.
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		day := Daily(time.UTC)
+		x := redistest.Key(t)
+		if _, err := c.AddUnique(ctx, x, day, "a", "b", "c"); err != nil {
+			t.Fatal(err)
+		}
+		tag := "{" + x + "}"
+		sketch := Limit{Key: tag + ":u", Cap: 10, Window: day}
+		text := Limit{Key: tag + ":text", Cap: 10, TTL: time.Hour}
+		mine := Limit{Key: tag + ":mine", Cap: 10, TTL: time.Hour}
+		textKey, _ := c.key(text.Key, "")
+		count, _ := c.key(mine.Key, "")
+		if err := rdb.Set(ctx, textKey, "not a number", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		want := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, ErrWrongType) {
+				t.Fatalf("%s: %v, want ErrWrongType", what, err)
+			}
+			if n, err := c.CountUnique(ctx, x, day); err != nil || n != 3 {
+				t.Fatalf("after %s the sketch counts %d (%v), want 3", what, n, err)
+			}
+			if v, err := rdb.Get(ctx, textKey).Result(); err != nil || v != "not a number" {
+				t.Fatalf("after %s the string is %q (%v)", what, v, err)
+			}
+			if n, err := rdb.Exists(ctx, count).Result(); err != nil || n != 0 {
+				t.Fatalf("after %s the other count exists: %d %v", what, n, err)
+			}
+		}
+		for _, theirs := range []Limit{sketch, text} {
+			_, err := c.Incr(ctx, theirs, 1)
+			want("Incr of "+theirs.Key, err)
+			_, err = c.Get(ctx, theirs)
+			want("Get of "+theirs.Key, err)
+			_, err = c.Take(ctx, Op{Limit: mine, N: 1}, Op{Limit: theirs, N: 1})
+			want("Take of two with "+theirs.Key, err)
+			_, err = c.Take(ctx, Op{Limit: mine, N: 1}, Op{Limit: theirs, N: 1, Optional: true})
+			want("Take with "+theirs.Key+" optional", err)
+			_, err = c.Take(ctx, Op{Limit: mine, N: 1}, Op{Limit: theirs, N: 1}, Op{Limit: mine, N: 1})
+			want("Take of three with "+theirs.Key, err)
+		}
+		// In a batch, beside an innocent call, which is decided as usual.
+		one := func(cap int64) []any { return []any{1, 1, cap, "0", 0, 0, 60_000} }
+		args := append(takeBatchScript.Args(2, 2+1+14), count, textKey, "")
+		args = append(append(args, one(10)...), one(10)...)
+		res, err := takeBatchScript.Ints(ctx, rdb, args)
+		if err != nil || len(res) != 6 || res[0] != 1 || res[1] != 1 || res[3] != wrongType {
+			t.Fatalf("a batch of an innocent call and one on the string: %v %v, want [1 1 1 %d 0 0]", res, err, wrongType)
+		}
+		if v, err := rdb.Get(ctx, textKey).Result(); err != nil || v != "not a number" {
+			t.Fatalf("after the batch the string is %q (%v)", v, err)
+		}
+	})
+}
+
+func TestAnErrorOfTheReadIsNotReportedAsAnotherType(t *testing.T) {
+	// A user whose ACL forbids GET: Incr and Get see Redis's refusal, not
+	// ErrWrongType for a key that does not exist. (miniredis has no
+	// ACLs: a real server only.)
+	srv := redistest.Servers(t, 1)[0]
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-get").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "app", Password: "pw"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	l := Limit{Key: "k", Cap: 10, TTL: time.Hour}
+	for what, call := range map[string]func() error{
+		"Incr": func() error { _, err := c.Incr(ctx, l, 1); return err },
+		"Get":  func() error { _, err := c.Get(ctx, l); return err },
+	} {
+		err := call()
+		if err == nil || errors.Is(err, ErrWrongType) {
+			t.Fatalf("%s under an ACL without GET: %v, want Redis's refusal", what, err)
+		}
+		if !redis.HasErrorPrefix(errors.Unwrap(err), "NOPERM") && !strings.Contains(err.Error(), "permission") && !strings.Contains(err.Error(), "can't run this command") {
+			t.Fatalf("%s under an ACL without GET: %v, want Redis's refusal", what, err)
+		}
+	}
+	if n, err := admin.Exists(ctx, "surge:ct:{k}").Result(); err != nil || n != 0 {
+		t.Fatalf("the count exists after the refusals: %d %v", n, err)
+	}
+}
+
+func TestALoneCallWhoseDeadlinePassesInFlightSaysSo(t *testing.T) {
+	// With ContextTimeoutEnabled, go-redis ends a read at the context's
+	// deadline with its own i/o timeout, a moment before the context
+	// itself is done. The error still says that the context ended and
+	// that the call may have counted, as a batched call's does.
+	srv := redistest.Servers(t, 1)[0]
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	bg := context.Background()
+	c := newClient(t, rdb)
+	l := Limit{Key: "k", Cap: 10, TTL: time.Hour}
+	if _, err := c.Incr(bg, l, 1); err != nil { // connection open, script cached
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	for what, call := range map[string]func(context.Context) error{
+		"Incr": func(ctx context.Context) error { _, err := c.Incr(ctx, l, 1); return err },
+		"Take of two": func(ctx context.Context) error {
+			_, err := c.Take(ctx, Op{Limit: l, N: 1}, Op{Limit: Limit{Key: "{k}:2", Cap: 1, TTL: time.Hour}, N: 1})
+			return err
+		},
+		"Get": func(ctx context.Context) error { _, err := c.Get(ctx, l); return err },
+	} {
+		ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+		err := call(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s whose deadline passed in flight: %v, want an error wrapping %v", what, err, context.DeadlineExceeded)
+		}
+	}
 }

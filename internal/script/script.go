@@ -10,9 +10,13 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"reflect"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/surgekit/surge/internal/coalesce"
 )
 
 // Processor is the part of a go-redis client that runs a command:
@@ -99,7 +103,27 @@ func run[C redis.Cmder](ctx context.Context, c Processor, s *Script, args []any,
 		cmd = newCmd(ctx, s.evalArgs(args)...)
 		err = c.Process(ctx, cmd)
 	}
-	return cmd, err
+	return cmd, contextEnded(ctx, err)
+}
+
+// contextEnded makes err, a command's failure, say so when the command's
+// context ended or its deadline passed: with ContextTimeoutEnabled,
+// go-redis ends a read at the deadline with its own i/o timeout, a moment
+// before the context is done, and that error wraps neither. The command
+// may have run, so the error also wraps coalesce.ErrOutcomeUnknown, as a
+// batched call's does.
+func contextEnded(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	cause := ctx.Err()
+	if d, ok := ctx.Deadline(); cause == nil && ok && !time.Now().Before(d) {
+		cause = context.DeadlineExceeded
+	}
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return errors.Join(err, cause, coalesce.ErrOutcomeUnknown)
 }
 
 // evalArgs turns an EVALSHA command into the EVAL that sends the source.

@@ -2,11 +2,14 @@ package script
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/surgekit/surge/internal/coalesce"
 	"github.com/surgekit/surge/internal/redistest"
 )
 
@@ -94,3 +97,39 @@ func TestIsNilSeesTypedNilClients(t *testing.T) {
 		}
 	}
 }
+
+func TestAnErrorAfterTheDeadlineSaysTheContextEnded(t *testing.T) {
+	timeout := errors.New("read tcp: i/o timeout")
+	// The deadline has passed, though the context's timer has not fired
+	// yet (Err is nil): go-redis's socket deadline fires first.
+	past := passedDeadline{context.Background(), time.Now().Add(-time.Millisecond)}
+	err := contextEnded(past, timeout)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, coalesce.ErrOutcomeUnknown) || !errors.Is(err, timeout) {
+		t.Fatalf("after the deadline: %v, want the timeout, DeadlineExceeded and ErrOutcomeUnknown", err)
+	}
+	canceled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := contextEnded(canceled, timeout); !errors.Is(err, context.Canceled) || !errors.Is(err, coalesce.ErrOutcomeUnknown) {
+		t.Fatalf("after a cancel: %v, want Canceled and ErrOutcomeUnknown", err)
+	}
+	// An error that already says so, and one of a live context, are
+	// left as they are.
+	if err := contextEnded(canceled, context.Canceled); err != context.Canceled {
+		t.Fatalf("ctx.Err() itself became %v", err)
+	}
+	if err := contextEnded(context.Background(), timeout); err != timeout {
+		t.Fatalf("with a live context: %v, want the error as it was", err)
+	}
+	if err := contextEnded(past, nil); err != nil {
+		t.Fatalf("no error became %v", err)
+	}
+}
+
+// passedDeadline is a context whose deadline has passed but whose Err is
+// still nil, as a real one's is until its timer fires.
+type passedDeadline struct {
+	context.Context
+	deadline time.Time
+}
+
+func (p passedDeadline) Deadline() (time.Time, bool) { return p.deadline, true }
