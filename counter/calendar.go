@@ -244,7 +244,9 @@ func (r *calendarReader) read(ctx context.Context, first time.Time) error {
 	last := time.Date(r.oldest.Year(), r.oldest.Month(), 1, 0, 0, 0, 0, time.UTC)
 	var months []time.Time
 	var keys []any
-	for mo := first; !mo.Before(last) && (r.reads > 0 || len(months) < 2); mo = mo.AddDate(0, -1, 0) {
+	// Months before year 1 have no key (calendarKey refuses them): like
+	// those before the retention, there is nothing to read.
+	for mo := first; !mo.Before(last) && mo.Year() >= 1 && (r.reads > 0 || len(months) < 2); mo = mo.AddDate(0, -1, 0) {
 		k, _, err := r.c.calendarKey(r.user, mo.Year(), mo.Month())
 		if err != nil {
 			return err

@@ -707,3 +707,17 @@ func TestCalendarsAndUniqueCountsRefuseKeysOfAnotherType(t *testing.T) {
 		}
 	})
 }
+
+func TestAStreakInTheFirstMonthOfYearOneIsNotInvalid(t *testing.T) {
+	// Month and SignIn take years 1 to 9999. A streak that reaches back
+	// from January of year 1 finds nothing before it, rather than
+	// failing on a month of year 0 the caller never named.
+	c := newClient(t, redistest.Open(t, redistest.Mini).Client(t))
+	ctx := context.Background()
+	if _, err := c.Month(ctx, "u", 1, time.January); err != nil {
+		t.Fatalf("Month of 0001-01: %v", err)
+	}
+	if n, err := c.Streak(ctx, "u", time.Date(1, 1, 15, 0, 0, 0, 0, time.UTC)); err != nil || n != 0 {
+		t.Fatalf("Streak on 0001-01-15: %d %v, want 0 and no error", n, err)
+	}
+}

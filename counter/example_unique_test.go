@@ -51,9 +51,10 @@ func ExampleClient_AddUnique() {
 	// active in the last seven days: 3
 }
 
-// Weekly active users, with a week's days kept and no more: each day's
-// sketch lives six days after its own, which is all a seven-day span
-// ending today reaches. The clock is miniredis's, moved a day at a time.
+// Weekly active users, with a week's days kept: each day's sketch lives
+// six days after its own, which is all a seven-day span ending today
+// reaches (and a day more, for zones whose clocks went back: see
+// WithUniqueRetention). The clock is miniredis's, moved a day at a time.
 func ExampleWithUniqueRetention() {
 	srv, err := miniredis.Run()
 	if err != nil {

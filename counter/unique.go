@@ -65,7 +65,7 @@ func (c *Client) AddUnique(ctx context.Context, key string, w Window, items ...s
 		if pl.p != nil {
 			pl.exp = expiry(pl.p.period, base).UnixMilli() + w.retention(c.uniqueKeep)
 		}
-		args := uniqueAddScript.Args(1, 4+len(items))
+		args := uniqueAddScript.Args(1, 5+len(items))
 		args = append(args, pl.key, c.nowArg(), pl.start, pl.end, pl.exp)
 		for _, it := range items {
 			args = append(args, it)
@@ -93,7 +93,7 @@ func (c *Client) CountUnique(ctx context.Context, key string, w Window) (int64, 
 	// miniredis counts TIME as a write.
 	res, err := c.windowed(ctx, uniqueCountScript, func(now time.Time) ([]any, error) {
 		pl := placeBase(base, w, now)
-		return append(uniqueCountScript.Args(1, 4), pl.key, "now", c.nowArg(), pl.start, pl.end), nil
+		return append(uniqueCountScript.Args(1, 5), pl.key, "now", c.nowArg(), pl.start, pl.end), nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("counter: count unique %q: %w", key, asWrongType(err))
