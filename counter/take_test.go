@@ -821,20 +821,29 @@ func TestAKeyOfAnotherTypeIsRefusedAndLeftAsItIs(t *testing.T) {
 		_, err = c.Take(ctx, Op{Limit: mine, N: 1}, Op{Limit: theirs, N: 1}, Op{Limit: mine, N: 1})
 		want("Take of three", err)
 
-		one := func(cap int64) []any { return []any{1, 1, cap, "0", 0, 0, 60_000} }
-		args := append(takeBatchScript.Args(2, 2+1+14), count, hash, "")
-		args = append(append(args, one(10)...), one(10)...)
-		res, err := takeBatchScript.Ints(ctx, rdb, args)
-		if err != nil || len(res) != 6 || res[0] != 1 || res[1] != 1 || res[3] != wrongType {
-			t.Fatalf("a batch of an innocent call and one on the hash: %v %v, want [1 1 1 %d 0 0]", res, err, wrongType)
-		}
-		if v, err := rdb.Get(ctx, count).Result(); err != nil || v != "1" {
-			t.Fatalf("the innocent call's count: %q %v, want 1", v, err)
-		}
+		batchBesideAForeignKey(t, ctx, rdb, count, hash)
 		if h, err := rdb.HGetAll(ctx, hash).Result(); err != nil || len(h) != 1 {
 			t.Fatalf("after the batch the hash is %v (%v)", h, err)
 		}
 	})
+}
+
+// batchBesideAForeignKey sends take_batch.lua one batch of two calls of
+// one count each: an innocent one on count, a key no call has written,
+// which is decided as usual, and one on foreign, which must be refused as
+// another type.
+func batchBesideAForeignKey(t *testing.T, ctx context.Context, rdb redis.UniversalClient, count, foreign string) {
+	t.Helper()
+	one := func(cap int64) []any { return []any{1, 1, cap, "0", 0, 0, 60_000} }
+	args := append(takeBatchScript.Args(2, 2+1+14), count, foreign, "")
+	args = append(append(args, one(10)...), one(10)...)
+	res, err := takeBatchScript.Ints(ctx, rdb, args)
+	if err != nil || len(res) != 6 || res[0] != 1 || res[1] != 1 || res[3] != wrongType {
+		t.Fatalf("a batch of an innocent call and one on %s: %v %v, want [1 1 1 %d 0 0]", foreign, res, err, wrongType)
+	}
+	if v, err := rdb.Get(ctx, count).Result(); err != nil || v != "1" {
+		t.Fatalf("the innocent call's count: %q %v, want 1", v, err)
+	}
 }
 
 func TestWhatDecidesIsReadOnThePrimary(t *testing.T) {
@@ -935,14 +944,7 @@ func TestAStringThatIsNotACountIsRefusedAndLeftAsItIs(t *testing.T) {
 			_, err = c.Take(ctx, Op{Limit: mine, N: 1}, Op{Limit: theirs, N: 1}, Op{Limit: mine, N: 1})
 			want("Take of three with "+theirs.Key, err)
 		}
-		// In a batch, beside an innocent call, which is decided as usual.
-		one := func(cap int64) []any { return []any{1, 1, cap, "0", 0, 0, 60_000} }
-		args := append(takeBatchScript.Args(2, 2+1+14), count, textKey, "")
-		args = append(append(args, one(10)...), one(10)...)
-		res, err := takeBatchScript.Ints(ctx, rdb, args)
-		if err != nil || len(res) != 6 || res[0] != 1 || res[1] != 1 || res[3] != wrongType {
-			t.Fatalf("a batch of an innocent call and one on the string: %v %v, want [1 1 1 %d 0 0]", res, err, wrongType)
-		}
+		batchBesideAForeignKey(t, ctx, rdb, count, textKey)
 		if v, err := rdb.Get(ctx, textKey).Result(); err != nil || v != "not a number" {
 			t.Fatalf("after the batch the string is %q (%v)", v, err)
 		}
