@@ -82,7 +82,13 @@ func (c *Counter) reserveHome(ctx context.Context, l *layout, h int, o Order) ([
 	res, err := b.Do(ctx, o, b.send)
 	switch {
 	case errors.Is(err, coalesce.ErrOutcomeUnknown):
-		return res, mayBeReserved(o, ctx.Err())
+		// The context's error says why; until its timer fires (go-redis's
+		// socket deadline comes a moment before), err says it.
+		cause := ctx.Err()
+		if cause == nil {
+			cause = err
+		}
+		return res, mayBeReserved(o, cause)
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return res, fmt.Errorf("stock: order %q: %w", o.ID, err)
 	}

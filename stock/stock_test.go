@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -738,4 +739,29 @@ func TestWhatDecidesIsReadOnThePrimary(t *testing.T) {
 			t.Fatalf("read-only commands sent: %v", reads)
 		}
 	})
+}
+
+func TestALoneReservationWhoseDeadlinePassesInFlightMayHaveBeenReserved(t *testing.T) {
+	// With ContextTimeoutEnabled, go-redis ends the read at the context's
+	// deadline with its own i/o timeout, a moment before the context is
+	// done. The answer must still be "it may have been reserved", with
+	// the deadline as its cause.
+	srv := redistest.Servers(t, 1)[0]
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newCounter(t, rdb)
+	item := newItem(t, c, Item{Total: 10, PerBuyer: 5})
+	if _, err := c.Reserve(context.Background(), item, order("o1", "alice")); err != nil {
+		t.Fatal(err) // connection open, script cached
+	}
+	if err := srv.Pause(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { _ = srv.Resume() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Reserve(ctx, item, order("o2", "alice"))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "may have been reserved") || strings.Contains(err.Error(), "%!") {
+		t.Fatalf("a lone reservation whose deadline passed in flight: %v, want it may have been reserved, wrapping %v", err, context.DeadlineExceeded)
+	}
 }
