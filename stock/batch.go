@@ -82,9 +82,9 @@ func (c *Counter) reserveHome(ctx context.Context, l *layout, h int, o Order) ([
 	res, err := b.Do(ctx, o, b.send)
 	switch {
 	case errors.Is(err, coalesce.ErrOutcomeUnknown):
-		// The context's error says why; until its timer fires (go-redis's
-		// socket deadline comes a moment before), err says it.
-		cause := ctx.Err()
+		// The context's end says why (its deadline may have passed a
+		// moment before its timer fires: coalesce.Ended).
+		cause := coalesce.Ended(ctx)
 		if cause == nil {
 			cause = err
 		}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // ErrOutcomeUnknown is joined with the context's error when a call's
@@ -27,6 +28,33 @@ var ErrOutcomeUnknown = errors.New("the request was in flight: its outcome is un
 // detached batch: the batch lands without its caller, and the Batcher's
 // Orphan is handed the request's outcome then.
 var ErrOrphaned = errors.New("the request lands without its caller")
+
+// Ended returns why ctx has ended: ctx.Err(), or
+// context.DeadlineExceeded once its deadline has passed though its timer
+// has not fired yet (go-redis's socket deadline, with
+// ContextTimeoutEnabled, fires a moment before it); nil while it runs.
+func Ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// Unknown returns err, the failure of a request that was in flight when
+// its context ended for cause (see Ended), joined with cause and
+// ErrOutcomeUnknown, each unless err wraps it already.
+func Unknown(err, cause error) error {
+	if !errors.Is(err, cause) {
+		err = errors.Join(err, cause)
+	}
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		err = errors.Join(err, ErrOutcomeUnknown)
+	}
+	return err
+}
 
 // Send sends reqs, the leader's first, in one batch and returns one result
 // per request, in order, or an error for all of them. It runs under the
@@ -227,9 +255,9 @@ func (b *Batcher[Q, R]) alone(ctx context.Context, req Q, send Send[Q, R]) (R, e
 	b.AloneDone()
 	if err != nil {
 		var zero R
-		if ctx.Err() != nil {
+		if cause := Ended(ctx); cause != nil {
 			// It gave up with its request in flight.
-			err = errors.Join(err, ErrOutcomeUnknown)
+			err = Unknown(err, cause)
 		}
 		return zero, err
 	}
@@ -301,7 +329,10 @@ func (b *Batcher[Q, R]) finish(ctx context.Context, batch []*call[Q, R], res []R
 		err = fmt.Errorf("coalesce: %d results for %d requests", len(res), len(batch))
 	}
 	lead := batch[0]
-	leaderQuit := !detached && ctx.Err() != nil
+	// The leader's context has ended by its deadline even before its
+	// timer fires: the batch then failed on it, not on the others'.
+	cause := Ended(ctx)
+	leaderQuit := !detached && cause != nil
 
 	var orphans []*call[Q, R]
 	b.mu.Lock()
@@ -311,7 +342,7 @@ func (b *Batcher[Q, R]) finish(ctx context.Context, batch []*call[Q, R], res []R
 			c.retry = c != lead && leaderQuit
 			if c == lead && leaderQuit {
 				// The leader gave up with its batch in flight.
-				c.err = errors.Join(err, ErrOutcomeUnknown)
+				c.err = Unknown(err, cause)
 			}
 		} else {
 			c.res = res[i]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -576,5 +577,81 @@ func TestManyCallersGetTheirOwnResults(t *testing.T) {
 	wg.Wait()
 	if b.inFlight != 0 || len(b.queue) != 0 {
 		t.Fatalf("left %d in flight, %d queued", b.inFlight, len(b.queue))
+	}
+}
+
+// passedDeadline is a context whose deadline has passed but whose Err is
+// still nil, as a real one's is until its timer fires.
+type passedDeadline struct {
+	context.Context
+	deadline time.Time
+}
+
+func (p passedDeadline) Deadline() (time.Time, bool) { return p.deadline, true }
+
+// With ContextTimeoutEnabled, go-redis fails a batch at its leader's
+// deadline a moment before the leader's context is done. The batch failed
+// on the leader's deadline, not on the followers': they are sent again,
+// and only the leader is told that its outcome is unknown.
+func TestFollowersOfALeaderWhoseDeadlinePassedAreSentAgain(t *testing.T) {
+	b, g, out := heldFirst(8)
+	timeout := errors.New("read tcp: i/o timeout")
+	var once sync.Once
+	send := func(ctx context.Context, reqs []int) ([]string, error) {
+		failed := false
+		if reqs[0] == 1 {
+			once.Do(func() { failed = true })
+		}
+		if !failed {
+			return g.send(ctx, reqs)
+		}
+		g.entered <- reqs
+		<-g.release
+		return nil, timeout
+	}
+	do := func(ctx context.Context, req int) {
+		go func() {
+			r, err := b.Do(ctx, req, send)
+			out <- result{req, r, err}
+		}()
+	}
+	past := passedDeadline{context.Background(), time.Now().Add(-time.Millisecond)}
+	do(past, 1) // will lead [1 2 3]
+	waitQueued(t, b, 1)
+	do(context.Background(), 2)
+	do(context.Background(), 3)
+	waitQueued(t, b, 3)
+	g.release <- struct{}{}
+	<-out       // 0
+	<-g.entered // [1 2 3] in flight under 1's context
+	g.release <- struct{}{}
+	got := map[int]result{}
+	for len(got) < 3 {
+		select {
+		case r := <-out:
+			got[r.req] = r
+		case <-g.entered:
+			g.release <- struct{}{}
+		}
+	}
+	if r := got[1]; !errors.Is(r.err, timeout) || !errors.Is(r.err, context.DeadlineExceeded) || !errors.Is(r.err, ErrOutcomeUnknown) {
+		t.Fatalf("leader: %+v, want the timeout, DeadlineExceeded and ErrOutcomeUnknown", r)
+	}
+	for _, f := range []int{2, 3} {
+		if r := got[f]; r.err != nil || r.res != fmt.Sprint("r", f) {
+			t.Fatalf("follower %d: %+v, want it sent again and answered", f, r)
+		}
+	}
+}
+
+func TestAnErrorThatSaysTheOutcomeIsUnknownSaysItOnce(t *testing.T) {
+	b := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	quit, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.alone(quit, 1, func(ctx context.Context, reqs []int) ([]string, error) {
+		return nil, Unknown(errors.New("read tcp: i/o timeout"), ctx.Err())
+	})
+	if !errors.Is(err, ErrOutcomeUnknown) || strings.Count(err.Error(), ErrOutcomeUnknown.Error()) != 1 {
+		t.Fatalf("%q, want ErrOutcomeUnknown said once", err)
 	}
 }

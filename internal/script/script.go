@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"reflect"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -111,19 +110,20 @@ func run[C redis.Cmder](ctx context.Context, c Processor, s *Script, args []any,
 // go-redis ends a read at the deadline with its own i/o timeout, a moment
 // before the context is done, and that error wraps neither. The command
 // may have run, so the error also wraps coalesce.ErrOutcomeUnknown, as a
-// batched call's does.
+// batched call's does. A reply Redis sent (a redis.Error) is an outcome,
+// known however late it came, and is left as it is.
 func contextEnded(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	cause := ctx.Err()
-	if d, ok := ctx.Deadline(); cause == nil && ok && !time.Now().Before(d) {
-		cause = context.DeadlineExceeded
-	}
-	if cause == nil || errors.Is(err, cause) {
+	var reply redis.Error
+	if errors.As(err, &reply) {
 		return err
 	}
-	return errors.Join(err, cause, coalesce.ErrOutcomeUnknown)
+	if cause := coalesce.Ended(ctx); cause != nil && !errors.Is(err, cause) {
+		return coalesce.Unknown(err, cause)
+	}
+	return err
 }
 
 // evalArgs turns an EVALSHA command into the EVAL that sends the source.

@@ -123,7 +123,18 @@ func TestAnErrorAfterTheDeadlineSaysTheContextEnded(t *testing.T) {
 	if err := contextEnded(past, nil); err != nil {
 		t.Fatalf("no error became %v", err)
 	}
+	// A reply Redis sent is a known outcome, however late it came.
+	reply := replyError("WRONGTYPE Operation against a key holding the wrong kind of value")
+	if err := contextEnded(past, reply); err != error(reply) {
+		t.Fatalf("Redis's reply after the deadline became %v", err)
+	}
 }
+
+// replyError is an error reply from Redis, as go-redis hands it over.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
 
 // passedDeadline is a context whose deadline has passed but whose Err is
 // still nil, as a real one's is until its timer fires.
