@@ -27,9 +27,10 @@ import (
 // the scripts instead: every argument must be a string, made with
 // string.format('%d', n) where it was computed.
 //
-// A number is what a number literal, arithmetic, #, tonumber, math.* give,
-// a variable or parameter any of those reach, and a local function that
-// returns one; names are tracked per directory (the scripts of a package
+// A number is what a number literal, arithmetic, #, tonumber, math.*,
+// string.len, byte and find, select('#') and a command with an integer
+// reply give, a variable or parameter any of those reach, and a local
+// function that returns one; names are tracked per directory (the scripts of a package
 // are joined into one), not per scope, which can only flag more. Values
 // read back from tables are not followed.
 func TestScriptsPassRedisNoLuaNumbers(t *testing.T) {
@@ -116,7 +117,7 @@ var numbersKnown = map[string]int{
 	"delayqueue/revive.lua":        2,
 	"delayqueue/stats.lua":         1,
 	"examples/dormgrab/place.lua":  3,
-	"examples/dormgrab/ticket.lua": 1,
+	"examples/dormgrab/ticket.lua": 2,
 	"lock/acquire.lua":             3,
 	"lock/extend.lua":              2,
 	"lock/fair_acquire.lua":        1,
@@ -165,13 +166,21 @@ redis.call('SET', KEYS[1], string.format('%d', n)) -- fine
 add(KEYS[1], ARGV[3])                              -- fine by itself
 for i = 1, 2 do redis.call('HSET', KEYS[1], i, s) end -- 16: loop counter
 redis.call('SET', KEYS[1], s or 0)                 -- 17: one branch
+local m, k = s, n                                  -- k: a second value
+redis.call('SET', KEYS[1], k)                      -- 19
+local c = redis.call('INCR', KEYS[1])
+redis.call('SET', KEYS[2], c)                      -- 21: an integer reply
+redis.call('SET', KEYS[2], redis.call('HLEN', s))  -- 22: inline
+redis.call('SET', KEYS[2], string.len(s))          -- 23
+redis.call('SET', KEYS[2], select('#', s))         -- 24
+redis.call('SET', KEYS[2], redis.call('GET', s))   -- fine: a string
 `
 	chunk, err := parse.Parse(strings.NewReader(src), "t.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := numbersToRedis(map[string][]ast.Stmt{"t.lua": chunk})
-	want := []string{"t.lua:5", "t.lua:8", "t.lua:9", "t.lua:10", "t.lua:12", "t.lua:16", "t.lua:17"}
+	want := []string{"t.lua:5", "t.lua:8", "t.lua:9", "t.lua:10", "t.lua:12", "t.lua:16", "t.lua:17", "t.lua:19", "t.lua:21", "t.lua:22", "t.lua:23", "t.lua:24"}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
@@ -326,14 +335,46 @@ func (a *numberAnalysis) isNum(e ast.Expr) bool {
 		if isIdent(n.Func, "tonumber") {
 			return true
 		}
-		if get, ok := n.Func.(*ast.AttrGetExpr); ok && isIdent(get.Object, "math") {
-			return true
+		if isIdent(n.Func, "select") && len(n.Args) > 0 {
+			if s, ok := n.Args[0].(*ast.StringExpr); ok && s.Value == "#" {
+				return true
+			}
+		}
+		if get, ok := n.Func.(*ast.AttrGetExpr); ok {
+			key, _ := get.Key.(*ast.StringExpr)
+			switch {
+			case isIdent(get.Object, "math"):
+				return true
+			case isIdent(get.Object, "string") && key != nil && (key.Value == "len" || key.Value == "byte" || key.Value == "find"):
+				return true
+			case isRedisCall(n):
+				// A command whose reply is an integer hands the script a
+				// Lua number.
+				if name, ok := n.Args[0].(*ast.StringExpr); ok {
+					return integerReply[strings.ToUpper(name.Value)]
+				}
+			}
 		}
 		if id, ok := n.Func.(*ast.IdentExpr); ok {
 			return a.numRet[id.Value]
 		}
 	}
 	return false
+}
+
+// integerReply holds the commands the scripts call whose reply is an
+// integer.
+var integerReply = map[string]bool{
+	"APPEND": true, "BITCOUNT": true, "DECR": true, "DECRBY": true, "DEL": true,
+	"EXISTS": true, "EXPIRE": true, "GETBIT": true, "HDEL": true, "HEXISTS": true,
+	"HINCRBY": true, "HLEN": true, "HSET": true, "HSETNX": true, "HSTRLEN": true,
+	"INCR": true, "INCRBY": true, "LLEN": true, "LPUSH": true, "LREM": true,
+	"PERSIST": true, "PEXPIRE": true, "PEXPIREAT": true, "PEXPIRETIME": true,
+	"PFADD": true, "PFCOUNT": true, "PTTL": true, "RPUSH": true, "SADD": true,
+	"SCARD": true, "SETBIT": true, "SETRANGE": true, "SISMEMBER": true,
+	"SREM": true, "STRLEN": true, "TTL": true, "UNLINK": true, "ZADD": true,
+	"ZCARD": true, "ZCOUNT": true, "ZRANK": true, "ZREM": true,
+	"ZREMRANGEBYRANK": true, "ZREMRANGEBYSCORE": true,
 }
 
 func isIdent(e ast.Expr, name string) bool {
