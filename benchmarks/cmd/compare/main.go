@@ -73,29 +73,29 @@ func run(rounds int, bench, benchtime string, verbose bool) error {
 		addr = srv.Addr
 	}
 
-	benchmarks, err := list(bin, bench)
+	env := append(os.Environ(), "SURGE_BENCH_REDIS="+addr)
+	benchmarks, err := list(bin, bench, env)
 	if err != nil {
 		return err
 	}
-	// absent[benchmark][lib]: the benchmark has no sub-benchmark of that
-	// library (it printed nothing in the first round), so later rounds
-	// skip it.
-	absent := map[string]map[string]bool{}
+	// present[benchmark]: the libraries the benchmark has, found in the
+	// first round (which runs every library); later rounds run those, in
+	// an order rotated over them, so that each leads some rounds and
+	// follows each other library in some.
+	present := map[string][]string{}
 	// samples[benchmark][metric][lib] = one value per round
 	samples := map[string]map[string]map[string][]float64{}
 	var order []string
 	for r := range rounds {
 		for _, top := range benchmarks {
-			if absent[top] == nil {
-				absent[top] = map[string]bool{}
+			run := libs
+			if r > 0 {
+				run = present[top]
 			}
-			for i := range libs {
-				lib := libs[(i+r)%len(libs)]
-				if absent[top][lib] {
-					continue
-				}
+			for i := range run {
+				lib := run[(i+r)%len(run)]
 				cmd := exec.Command(bin, "-test.run", "^$", "-test.bench", "^"+top+"$/^"+lib+"$", "-test.benchtime", benchtime)
-				cmd.Env = append(os.Environ(), "SURGE_BENCH_REDIS="+addr)
+				cmd.Env = env
 				var out bytes.Buffer
 				cmd.Stdout = &out
 				cmd.Stderr = os.Stderr
@@ -126,9 +126,18 @@ func run(rounds int, bench, benchtime string, verbose bool) error {
 						samples[base][m][l] = append(samples[base][m][l], v)
 					}
 				}
-				if !found {
-					absent[top][lib] = true
+				switch {
+				case found && r == 0:
+					present[top] = append(present[top], lib)
+				case !found && r > 0:
+					// A round without it would pair the others' later
+					// values with its earlier ones.
+					os.Stdout.Write(out.Bytes())
+					return fmt.Errorf("round %d, %s, %s: no result, though it had one in round 1", r+1, top, lib)
 				}
+			}
+			if r == 0 && len(present[top]) == 0 {
+				return fmt.Errorf("%s: no library printed a result", top)
 			}
 		}
 		fmt.Fprintf(os.Stderr, "round %d of %d done\n", r+1, rounds)
@@ -139,9 +148,11 @@ func run(rounds int, bench, benchtime string, verbose bool) error {
 
 // list returns the top-level benchmarks of bin that pattern (a
 // -test.bench pattern of the top level) selects, in the order go test runs
-// them.
-func list(bin, pattern string) ([]string, error) {
-	out, err := exec.Command(bin, "-test.list", pattern).Output()
+// them; env is the binary's environment.
+func list(bin, pattern string, env []string) ([]string, error) {
+	cmd := exec.Command(bin, "-test.list", pattern)
+	cmd.Env = env // or the binary starts a redis-server of its own
+	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("listing the benchmarks: %w", err)
 	}
