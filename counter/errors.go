@@ -29,15 +29,15 @@ var (
 	// treat it as done.
 	ErrNotExist = errors.New("counter: value does not exist")
 
-	// ErrWrongType is returned when a key holds a Redis value of another
-	// type than the call keeps there (a hash where a count or a calendar
-	// month is a string, a string where a versioned value is a hash), or,
-	// where a count is kept, a string that is not a number: another
-	// program's key under the same name, or a sketch of unique counts
-	// whose name a count's also took ("{x}:u" with a daily window is the
-	// day's sketch of "x"). The call fails and the value is left as it is. A Take refused so counts nothing, optional
-	// counts included (an Optional count never refuses a call, but this
-	// is an error, not a refusal).
+	// ErrWrongType is returned when a key holds a Redis value of another type
+	// than the call keeps there (a hash where a count or a calendar month is a
+	// string, a string where a versioned value is a hash), or, where a count
+	// is kept, a string that is not a number: another program's key under the
+	// same name, or a sketch of unique counts whose name a count's also took
+	// ("{x}:u" with a daily window is the day's sketch of "x"). The call fails
+	// and the value is left as it is. A Take refused so counts nothing,
+	// optional counts included (an Optional count never refuses a call, but
+	// this is an error, not a refusal).
 	ErrWrongType = errors.New("counter: key holds another type of value than this call keeps there")
 )
 

@@ -49,16 +49,16 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithUniqueRetention sets how many periods after its own a period's
-// unique count (AddUnique) is kept, so that CountUniqueBetween can still
-// merge it: with n, a span of n+1 periods ending at the current one finds
-// every sketch it covers. A sketch of a Daily, Weekly or Monthly window is
-// kept a day longer than that (its expiry allows for a clock that went
-// back a day in a change of time zone), and a month's for 31 days each. Default MaxUniquePeriods, every span that
-// CountUniqueBetween accepts: a year of Daily counts, 400 days of sketches
-// of up to 12 kB for each key counted. Fewer cost less memory; 0 keeps a
-// period only until shortly after its end, enough for CountUnique. n may
-// be 0 to MaxUniquePeriods.
+// WithUniqueRetention sets how many periods after its own a period's unique
+// count (AddUnique) is kept, so that CountUniqueBetween can still merge it:
+// with n, a span of n+1 periods ending at the current one finds every sketch
+// it covers. A sketch of a Daily, Weekly or Monthly window is kept a day
+// longer than that (its expiry allows for a clock that went back a day in a
+// change of time zone), and a month's for 31 days each. Default
+// MaxUniquePeriods, every span that CountUniqueBetween accepts: a year of
+// Daily counts, 400 days of sketches of up to 12 kB for each key counted.
+// Fewer cost less memory; 0 keeps a period only until shortly after its end,
+// enough for CountUnique. n may be 0 to MaxUniquePeriods.
 func WithUniqueRetention(n int) Option {
 	return func(c *config) error {
 		if n < 0 || n > MaxUniquePeriods {

@@ -6,10 +6,10 @@
 -- ARGV     the time in ms or ""; then n, cap, start, end, expiry, as for
 --          one count of take_batch.lua but without "optional"
 --
--- Reply: {allowed, value, counted}, as take_batch.lua's; or {-1, now}
--- when the Redis clock is not in the period named (period.lua); or
--- {-2, 0, 0} when the key holds another type than a string, or a string
--- that is not a number, which is left as it is. A resend counts again, within the cap, as
+-- Reply: {allowed, value, counted}, as take_batch.lua's; or {-1, now} when
+-- the Redis clock is not in the period named (period.lua); or {-2, 0, 0}
+-- when the key holds another type than a string, or a string that is not a
+-- number, which is left as it is. A resend counts again, within the cap, as
 -- take_batch.lua's does.
 if outside(ARGV[1], ARGV[4], ARGV[5]) then
   return {-1, clock_now}

@@ -28,11 +28,11 @@ import (
 // string.format('%d', n) where it was computed.
 //
 // A number is what a number literal, arithmetic, #, tonumber, math.*,
-// string.len, byte and find, select('#') and a command with an integer
-// reply give, a variable or parameter any of those reach, and a local
-// function that returns one; names are tracked per directory (the scripts of a package
-// are joined into one), not per scope, which can only flag more. Values
-// read back from tables are not followed.
+// string.len, byte and find, select('#') and a command with an integer reply
+// give, a variable or parameter any of those reach, and a local function
+// that returns one; names are tracked per directory (the scripts of a
+// package are joined into one), not per scope, which can only flag more.
+// Values read back from tables are not followed.
 func TestScriptsPassRedisNoLuaNumbers(t *testing.T) {
 	root := filepath.Join("..", "..")
 	dirs := map[string][]string{}
