@@ -43,6 +43,17 @@ func Ended(ctx context.Context) error {
 	return nil
 }
 
+// Answered reports whether err is a reply the server sent (go-redis's
+// redis.Error has RedisError): an outcome known however late it came, not
+// a request lost in flight.
+func Answered(err error) bool {
+	var reply interface {
+		error
+		RedisError()
+	}
+	return errors.As(err, &reply)
+}
+
 // Unknown returns err, the failure of a request that was in flight when
 // its context ended for cause (see Ended), joined with cause and
 // ErrOutcomeUnknown, each unless err wraps it already.
@@ -255,7 +266,7 @@ func (b *Batcher[Q, R]) alone(ctx context.Context, req Q, send Send[Q, R]) (R, e
 	b.AloneDone()
 	if err != nil {
 		var zero R
-		if cause := Ended(ctx); cause != nil {
+		if cause := Ended(ctx); cause != nil && !Answered(err) {
 			// It gave up with its request in flight.
 			err = Unknown(err, cause)
 		}
@@ -330,16 +341,21 @@ func (b *Batcher[Q, R]) finish(ctx context.Context, batch []*call[Q, R], res []R
 	}
 	lead := batch[0]
 	// The leader's context has ended by its deadline even before its
-	// timer fires: the batch then failed on it, not on the others'.
+	// timer fires: the batch then failed on it, not on the others'. A
+	// reply of the server is the batch's answer, however late.
 	cause := Ended(ctx)
-	leaderQuit := !detached && cause != nil
+	leaderQuit := !detached && cause != nil && !Answered(err)
+	// A Detach batcher never sends a batch again: its requests must not
+	// run twice. (Its batches of several are detached; this guards a
+	// leader whose context has a deadline but no Done channel.)
+	resend := leaderQuit && !b.Detach
 
 	var orphans []*call[Q, R]
 	b.mu.Lock()
 	for i, c := range batch {
 		if err != nil {
 			c.err = err
-			c.retry = c != lead && leaderQuit
+			c.retry = c != lead && resend
 			if c == lead && leaderQuit {
 				// The leader gave up with its batch in flight.
 				c.err = Unknown(err, cause)

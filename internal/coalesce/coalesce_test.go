@@ -655,3 +655,55 @@ func TestAnErrorThatSaysTheOutcomeIsUnknownSaysItOnce(t *testing.T) {
 		t.Fatalf("%q, want ErrOutcomeUnknown said once", err)
 	}
 }
+
+// replyError is an error reply from Redis, as go-redis hands it over.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// An error Redis replied with is a known outcome, however late it came:
+// it is not marked unknown, and a batch it answered is not sent again.
+func TestAReplyAfterTheDeadlineIsAKnownOutcome(t *testing.T) {
+	wrong := replyError("WRONGTYPE Operation against a key holding the wrong kind of value")
+	past := passedDeadline{context.Background(), time.Now().Add(-time.Millisecond)}
+	answer := func(context.Context, []int) ([]string, error) { return nil, wrong }
+
+	lone := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}
+	if _, err := lone.Do(past, 1, answer); !errors.Is(err, wrong) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a lone call answered late: %v, want Redis's reply, not an unknown outcome", err)
+	}
+
+	b, g, out := heldFirst(8)
+	var mu sync.Mutex
+	var sent [][]int
+	send := func(ctx context.Context, reqs []int) ([]string, error) {
+		mu.Lock()
+		sent = append(sent, reqs)
+		mu.Unlock()
+		return nil, wrong
+	}
+	do := func(ctx context.Context, req int) {
+		go func() {
+			r, err := b.Do(ctx, req, send)
+			out <- result{req, r, err}
+		}()
+	}
+	do(past, 1) // will lead [1 2 3]
+	waitQueued(t, b, 1)
+	do(context.Background(), 2)
+	do(context.Background(), 3)
+	waitQueued(t, b, 3)
+	g.release <- struct{}{}
+	<-out // 0
+	for range 3 {
+		if r := <-out; !errors.Is(r.err, wrong) || errors.Is(r.err, ErrOutcomeUnknown) {
+			t.Fatalf("call %d of a batch answered late: %v, want Redis's reply, not an unknown outcome", r.req, r.err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 1 {
+		t.Fatalf("batches sent: %v, want [1 2 3] once: Redis had answered it", sent)
+	}
+}

@@ -116,8 +116,7 @@ func contextEnded(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	var reply redis.Error
-	if errors.As(err, &reply) {
+	if coalesce.Answered(err) {
 		return err
 	}
 	if cause := coalesce.Ended(ctx); cause != nil && !errors.Is(err, cause) {
