@@ -175,13 +175,14 @@
 //
 // While a Client has six script calls of Take and Incr in flight to a
 // server, further Take and Incr calls queue, and the next one sent takes
-// them along, up to 64 at a time. Get, AddUnique and CountUnique share
-// six pipelines of their own the same way, so on a single server they
-// never queue behind Take and Incr; the calendar, versioned values and
-// CountUniqueBetween go alone. On a ClusterClient, Take and Incr share
-// those pipelines with Get and the unique counts, two in flight to each
-// master node: each node's calls are pipelined apart, so a slow node
-// holds up only its own. A lone call goes at once, alone.
+// them along, up to 64 at a time. Get, AddUnique and CountUnique share six
+// pipelines of their own the same way, so on a single server they do not
+// queue behind Take and Incr (unless a proxy refused a batch: below); the
+// calendar, versioned values and CountUniqueBetween go alone. On a
+// ClusterClient, Take and Incr share those pipelines with Get and the unique
+// counts, two in flight to each master node: each node's calls are pipelined
+// apart, so a slow node holds up only its own. A lone call goes at once,
+// alone.
 //
 // Over a *redis.Client, queued Take and Incr calls go in one script call
 // (take_batch.lua), which decides each in turn exactly as if it had been
