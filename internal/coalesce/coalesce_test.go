@@ -589,6 +589,26 @@ type passedDeadline struct {
 
 func (p passedDeadline) Deadline() (time.Time, bool) { return p.deadline, true }
 
+// leadPastItsDeadline queues call 1, under a context whose deadline has
+// passed though its Err is nil, and calls 2 and 3 behind heldFirst's
+// call 0, then lets 0 land: 1 leads [1 2 3] through send.
+func leadPastItsDeadline(t *testing.T, b *Batcher[int, string], g *gate, out chan result, send Send[int, string]) {
+	t.Helper()
+	do := func(ctx context.Context, req int) {
+		go func() {
+			r, err := b.Do(ctx, req, send)
+			out <- result{req, r, err}
+		}()
+	}
+	do(passedDeadline{context.Background(), time.Now().Add(-time.Millisecond)}, 1)
+	waitQueued(t, b, 1)
+	do(context.Background(), 2)
+	do(context.Background(), 3)
+	waitQueued(t, b, 3)
+	g.release <- struct{}{}
+	<-out // 0
+}
+
 // With ContextTimeoutEnabled, go-redis fails a batch at its leader's
 // deadline a moment before the leader's context is done. The batch failed
 // on the leader's deadline, not on the followers': they are sent again,
@@ -609,20 +629,7 @@ func TestFollowersOfALeaderWhoseDeadlinePassedAreSentAgain(t *testing.T) {
 		<-g.release
 		return nil, timeout
 	}
-	do := func(ctx context.Context, req int) {
-		go func() {
-			r, err := b.Do(ctx, req, send)
-			out <- result{req, r, err}
-		}()
-	}
-	past := passedDeadline{context.Background(), time.Now().Add(-time.Millisecond)}
-	do(past, 1) // will lead [1 2 3]
-	waitQueued(t, b, 1)
-	do(context.Background(), 2)
-	do(context.Background(), 3)
-	waitQueued(t, b, 3)
-	g.release <- struct{}{}
-	<-out       // 0
+	leadPastItsDeadline(t, b, g, out, send)
 	<-g.entered // [1 2 3] in flight under 1's context
 	g.release <- struct{}{}
 	got := map[int]result{}
@@ -683,19 +690,7 @@ func TestAReplyAfterTheDeadlineIsAKnownOutcome(t *testing.T) {
 		mu.Unlock()
 		return nil, wrong
 	}
-	do := func(ctx context.Context, req int) {
-		go func() {
-			r, err := b.Do(ctx, req, send)
-			out <- result{req, r, err}
-		}()
-	}
-	do(past, 1) // will lead [1 2 3]
-	waitQueued(t, b, 1)
-	do(context.Background(), 2)
-	do(context.Background(), 3)
-	waitQueued(t, b, 3)
-	g.release <- struct{}{}
-	<-out // 0
+	leadPastItsDeadline(t, b, g, out, send)
 	for range 3 {
 		if r := <-out; !errors.Is(r.err, wrong) || errors.Is(r.err, ErrOutcomeUnknown) {
 			t.Fatalf("call %d of a batch answered late: %v, want Redis's reply, not an unknown outcome", r.req, r.err)
