@@ -580,15 +580,6 @@ func TestManyCallersGetTheirOwnResults(t *testing.T) {
 	}
 }
 
-// passedDeadline is a context whose deadline has passed but whose Err is
-// still nil, as a real one's is until its timer fires.
-type passedDeadline struct {
-	context.Context
-	deadline time.Time
-}
-
-func (p passedDeadline) Deadline() (time.Time, bool) { return p.deadline, true }
-
 // leadPastItsDeadline queues call 1, under a context whose deadline has
 // passed though its Err is nil, and calls 2 and 3 behind heldFirst's
 // call 0, then lets 0 land: 1 leads [1 2 3] through send.
@@ -600,7 +591,7 @@ func leadPastItsDeadline(t *testing.T, b *Batcher[int, string], g *gate, out cha
 			out <- result{req, r, err}
 		}()
 	}
-	do(passedDeadline{context.Background(), time.Now().Add(-time.Millisecond)}, 1)
+	do(redistest.PassedDeadline(), 1)
 	waitQueued(t, b, 1)
 	do(context.Background(), 2)
 	do(context.Background(), 3)
@@ -663,17 +654,11 @@ func TestAnErrorThatSaysTheOutcomeIsUnknownSaysItOnce(t *testing.T) {
 	}
 }
 
-// replyError is an error reply from Redis, as go-redis hands it over.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-func (replyError) RedisError()     {}
-
 // An error Redis replied with is a known outcome, however late it came:
 // it is not marked unknown, and a batch it answered is not sent again.
 func TestAReplyAfterTheDeadlineIsAKnownOutcome(t *testing.T) {
-	wrong := replyError("WRONGTYPE Operation against a key holding the wrong kind of value")
-	past := passedDeadline{context.Background(), time.Now().Add(-time.Millisecond)}
+	wrong := redistest.ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value")
+	past := redistest.PassedDeadline()
 	answer := func(context.Context, []int) ([]string, error) { return nil, wrong }
 
 	lone := &Batcher[int, string]{MaxInFlight: 1, MaxBatch: 8}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -102,7 +101,7 @@ func TestAnErrorAfterTheDeadlineSaysTheContextEnded(t *testing.T) {
 	timeout := errors.New("read tcp: i/o timeout")
 	// The deadline has passed, though the context's timer has not fired
 	// yet (Err is nil): go-redis's socket deadline fires first.
-	past := passedDeadline{context.Background(), time.Now().Add(-time.Millisecond)}
+	past := redistest.PassedDeadline()
 	err := contextEnded(past, timeout)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, coalesce.ErrOutcomeUnknown) || !errors.Is(err, timeout) {
 		t.Fatalf("after the deadline: %v, want the timeout, DeadlineExceeded and ErrOutcomeUnknown", err)
@@ -124,23 +123,8 @@ func TestAnErrorAfterTheDeadlineSaysTheContextEnded(t *testing.T) {
 		t.Fatalf("no error became %v", err)
 	}
 	// A reply Redis sent is a known outcome, however late it came.
-	reply := replyError("WRONGTYPE Operation against a key holding the wrong kind of value")
+	reply := redistest.ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value")
 	if err := contextEnded(past, reply); err != error(reply) {
 		t.Fatalf("Redis's reply after the deadline became %v", err)
 	}
 }
-
-// replyError is an error reply from Redis, as go-redis hands it over.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-func (replyError) RedisError()     {}
-
-// passedDeadline is a context whose deadline has passed but whose Err is
-// still nil, as a real one's is until its timer fires.
-type passedDeadline struct {
-	context.Context
-	deadline time.Time
-}
-
-func (p passedDeadline) Deadline() (time.Time, bool) { return p.deadline, true }
